@@ -1,0 +1,160 @@
+"""The `interp` backend: a numpy interpreter of the frontend IR. It is the oracle the compiled backends are tested
+against, so it stays simple: one small numpy function per primitive, evaluated in topological order."""
+from __future__ import annotations
+
+import numpy as np
+
+from fnx import dtypes
+from fnx.backends.device import Backend, Buffer, Executable
+from fnx.errors import UnsupportedError
+from fnx.uop import GroupOp, Ops, UOp
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # C semantics: truncate toward zero; x/0 = -1 and MIN/-1 = MIN as on XLA's CPU backend
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    q = np.where((a < 0) != (safe < 0), -q, q).astype(a.dtype)
+    return np.where(b == 0, np.array(-1).astype(a.dtype), q)
+
+
+def _int_rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    safe = np.where(b == 0, 1, b)
+    r = np.fmod(a, safe)
+    return np.where(b == 0, a, r).astype(a.dtype)
+
+
+def _shift(a: np.ndarray, b: np.ndarray, left: bool) -> np.ndarray:
+    bits = a.dtype.itemsize * 8
+    big = (b < 0) | (b >= bits)
+    shifted = np.left_shift(a, np.where(big, 0, b)) if left else np.right_shift(a, np.where(big, 0, b))
+    overflow = np.zeros_like(a) if left or a.dtype.kind == "u" else np.where(a < 0, -1, 0).astype(a.dtype)
+    return np.where(big, overflow, shifted)
+
+
+def _cast(x: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
+    if dtype.is_bool: return x != 0
+    if dtype.is_int and x.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            return np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=dtype.max, neginf=dtype.min)) \
+                .clip(dtype.min, dtype.max).astype(dtype.np)
+    return x.astype(dtype.np)
+
+
+def _float_op(fn):
+    def run(x):
+        with np.errstate(all="ignore"):
+            return fn(x.astype(np.float32) if x.dtype.itemsize < 4 else x).astype(x.dtype)
+    return run
+
+
+UNARY = {Ops.RECIP: _float_op(lambda x: 1 / x), Ops.SQRT: _float_op(np.sqrt), Ops.EXP2: _float_op(np.exp2),
+         Ops.LOG2: _float_op(np.log2), Ops.SIN: _float_op(np.sin), Ops.TRUNC: _float_op(np.trunc)}
+
+
+def _binary(op: Ops, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    isint = a.dtype.kind in "iu"
+    with np.errstate(all="ignore"):
+        if op is Ops.ADD: return np.logical_or(a, b) if a.dtype == np.bool_ else a + b
+        if op is Ops.MUL: return np.logical_and(a, b) if a.dtype == np.bool_ else a * b
+        if op is Ops.MAX: return np.maximum(a, b)
+        if op is Ops.DIV: return _int_div(a, b) if isint else a / b
+        if op is Ops.MOD: return _int_rem(a, b) if isint else np.fmod(a, b)
+        if op is Ops.CMPLT: return a < b
+        if op is Ops.CMPNE: return a != b
+        if op is Ops.AND: return a & b
+        if op is Ops.OR: return a | b
+        if op is Ops.XOR: return a ^ b
+        if op is Ops.SHL: return _shift(a, b, True)
+        if op is Ops.SHR: return _shift(a, b, False)
+    raise UnsupportedError(f"interp: no rule for {op}")
+
+
+def _gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
+    return np.take(x, np.clip(idx, 0, x.shape[axis] - 1), axis=axis)
+
+
+def _scatter(x: np.ndarray, idx: np.ndarray, upd: np.ndarray, axis: int, mode: str) -> np.ndarray:
+    out = x.copy()
+    moved, upd_moved = np.moveaxis(out, axis, 0), upd.reshape(x.shape[:axis] + (idx.size,) + x.shape[axis + 1:])
+    upd_moved = np.moveaxis(upd_moved, axis, 0)
+    for i, target in enumerate(idx.reshape(-1)):  # sequential: later updates win for "set", as on the CPU backend
+        if not 0 <= target < x.shape[axis]: continue
+        cur = moved[target]
+        if mode == "set": moved[target] = upd_moved[i]
+        elif mode == "add": moved[target] = cur + upd_moved[i]
+        elif mode == "mul": moved[target] = cur * upd_moved[i]
+        elif mode == "min": moved[target] = np.minimum(cur, upd_moved[i])
+        else: moved[target] = np.maximum(cur, upd_moved[i])
+    return out
+
+
+def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if op is Ops.ADD: return np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if op is Ops.MUL: return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if x.size == 0:
+        info = np.finfo(x.dtype) if x.dtype.kind == "f" else None
+        fill = -np.inf if info is not None else (False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
+        return np.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), fill, x.dtype)
+    return np.max(x, axis=axes, keepdims=True)
+
+
+def _movement(u: UOp, x: np.ndarray) -> np.ndarray:
+    if u.op is Ops.RESHAPE: return x.reshape(u.arg)
+    if u.op is Ops.PERMUTE: return x.transpose(u.arg)
+    if u.op is Ops.EXPAND: return np.broadcast_to(x, u.arg)
+    if u.op is Ops.PAD: return np.pad(x, u.arg)
+    if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
+    return np.flip(x, axis=tuple(i for i, f in enumerate(u.arg) if f))
+
+
+def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
+    """The value of one node given the values of its sources."""
+    src = [values[s] for s in u.src]
+    if u.op is Ops.CONST: return np.full(u.shape, u.arg[0], dtype=u.dtype.np)
+    if u.op is Ops.IOTA:
+        shape, axis = u.arg
+        index = np.arange(shape[axis], dtype=u.dtype.np).reshape([-1 if i == axis else 1 for i in range(len(shape))])
+        return np.broadcast_to(index, shape)
+    if u.op is Ops.BUFFER: return u.arg[0].numpy(u.shape)
+    if u.op in GroupOp.Movement: return _movement(u, src[0])
+    if u.op is Ops.INDEX: return _gather(src[0], src[1], u.arg)
+    if u.op is Ops.SCATTER: return _scatter(src[0], src[1], src[2], *u.arg)
+    if u.op is Ops.REDUCE: return _reduce(u.arg[0], src[0], u.arg[1])
+    if u.op is Ops.CAST: return _cast(src[0], u.dtype)
+    if u.op is Ops.BITCAST: return src[0].view(u.dtype.np)
+    if u.op in UNARY: return UNARY[u.op](src[0])
+    if u.op in GroupOp.Binary: return _binary(u.op, src[0], src[1])
+    if u.op is Ops.WHERE: return np.where(src[0], src[1], src[2])
+    if u.op in GroupOp.Marker: return src[0]
+    if u.op is Ops.TUPLE: return tuple(src)
+    if u.op is Ops.GETTUPLE: return src[0][u.arg]
+    if u.op is Ops.FUNCTION: return run(u, list(src[1:]))
+    raise UnsupportedError(f"interp: no rule for {u.op}")
+
+
+def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Evaluate FUNCTION `fn` on numpy arguments (PARAM k takes args[k])."""
+    values: dict[UOp, np.ndarray] = {}
+    for u in fn.src[0].toposort:
+        values[u] = np.asarray(args[u.arg[0]]).reshape(u.shape) if u.op is Ops.PARAM else evaluate(u, values)
+    return values[fn.src[0]]
+
+
+class InterpExecutable(Executable):
+    def __init__(self, fn: UOp, device: str):
+        self.fn, self.device = fn, device
+
+    def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
+        params = {u.arg[0]: u for u in self.fn.src[0].toposort if u.op is Ops.PARAM}
+        args = [b.numpy(params[i].shape) if i in params else b.host for i, b in enumerate(inputs)]
+        outs = run(self.fn, args)
+        return [Buffer.from_numpy(self.device, np.array(o, dtype=u.dtype.np)) for o, u in zip(outs, self.fn.src[0].src)]
+
+    def as_text(self, stage: str | None = None) -> str:
+        from fnx.debug.printing import format_function
+        return format_function(self.fn)
+
+
+def backend() -> Backend:
+    return Backend("interp", InterpExecutable)

@@ -1,0 +1,43 @@
+"""Readable text for IR graphs: `format_function` prints a FUNCTION like a small program (make_graph, as_text)."""
+from __future__ import annotations
+
+from fnx.uop import GroupOp, Ops, UOp
+
+_SHORT = {"bool": "bool", "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int8": "i8",
+          "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
+          "uint64": "u64"}
+
+
+def type_str(u: UOp) -> str:
+    return f"{_SHORT.get(u.dtype.name, u.dtype.name)}[{','.join(map(str, u.shape))}]"
+
+
+def _arg_str(u: UOp) -> str:
+    if u.op is Ops.REDUCE: return f"{u.arg[0].name.lower()} axes={u.arg[1]}"
+    if u.op is Ops.FLIP: return f"axes={tuple(i for i, f in enumerate(u.arg) if f)}"
+    if u.op is Ops.INDEX: return f"axis={u.arg}"
+    if u.op is Ops.SCATTER: return f"axis={u.arg[0]} mode={u.arg[1]}"
+    if u.op is Ops.IOTA: return f"axis={u.arg[1]}"
+    if u.op in GroupOp.Movement: return str(u.arg)
+    if u.op is Ops.COPY: return str(u.arg)
+    return ""
+
+
+def format_function(fn: UOp, name: str = "function") -> str:
+    """A FUNCTION as text: its PARAMs, one line per node, and the returned tuple."""
+    body = fn.src[0] if fn.op is Ops.FUNCTION else fn
+    params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
+    names: dict[UOp, str] = {p: f"p{p.arg[0]}" for p in params}
+    lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
+    for u in body.toposort:
+        if u in names or u is body: continue
+        if u.op is Ops.CONST and u.shape == ():
+            names[u] = repr(u.arg[0])
+            continue
+        names[u] = f"v{len(names) - len(params)}"
+        operands = " ".join(names[s] for s in u.src)
+        detail = repr(u.arg[0]) if u.op is Ops.CONST else _arg_str(u)
+        dtype = f" to {u.dtype.name}" if u.op in (Ops.CAST, Ops.BITCAST) else ""
+        lines.append(f"  {names[u]}: {type_str(u)} = {u.op.name.lower()}{dtype} {operands} {detail}".rstrip())
+    lines.append(f"  return ({', '.join(names[s] for s in body.src)}{',' if len(body.src) == 1 else ''})")
+    return "\n".join(lines)

@@ -1,0 +1,339 @@
+"""Data types and type promotion for fnx.
+
+fnx supports 13 dtypes: ``bool_``, signed and unsigned integers of 8-64 bits,
+``float16``, ``bfloat16``, ``float32`` and ``float64``. Complex types are not
+supported.
+
+Policy: fnx behaves like JAX with ``jax_enable_x64`` turned on for explicit
+dtypes -- ``float64`` and ``int64`` arrays are kept as they are and promote per
+JAX's type promotion lattice -- but Python scalars and array creation functions
+default to ``float32`` / ``int32``. Concretely:
+
+* A Python ``int`` is a weakly typed ``int32`` and a Python ``float`` a weakly
+  typed ``float32``; a Python ``bool`` is a (strong) ``bool_``. Numpy scalars
+  are strongly typed with their own dtype.
+* A weakly typed result materializes at that default width (``int32`` /
+  ``float32``), widened to 64 bits only when a 64-bit weak operand or the
+  concrete operands themselves (``uint64`` with a signed int) demand it, so
+  values are never silently narrowed below what explicit dtypes asked for.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "DType", "DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "to_dtype", "from_numpy", "promote_types", "result_type",
+    "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float",
+]
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    """An fnx element type.
+
+    Args:
+      name: canonical name, e.g. ``"float32"``.
+      itemsize: size of one element in bytes.
+      kind: ``'b'`` (bool), ``'i'`` (signed int), ``'u'`` (unsigned int) or ``'f'`` (float).
+    """
+
+    name: str
+    itemsize: int
+    kind: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def np(self) -> np.dtype:
+        """The equivalent numpy dtype (``ml_dtypes.bfloat16`` for bfloat16)."""
+        return _NP_OF[self.name]
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        """True for signed and unsigned integers (not bool)."""
+        return self.kind in "iu"
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.kind == "u"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    @property
+    def bits(self) -> int:
+        return 8 * self.itemsize
+
+    @property
+    def min(self) -> bool | int | float:
+        """Smallest representable value as a Python number (``-inf`` for floats)."""
+        if self.kind == "f":
+            return float("-inf")
+        return False if self.kind == "b" else int(np.iinfo(self.np).min)
+
+    @property
+    def max(self) -> bool | int | float:
+        """Largest representable value as a Python number (``inf`` for floats)."""
+        if self.kind == "f":
+            return float("inf")
+        return True if self.kind == "b" else int(np.iinfo(self.np).max)
+
+
+bool_ = DType("bool", 1, "b")
+int8 = DType("int8", 1, "i")
+int16 = DType("int16", 2, "i")
+int32 = DType("int32", 4, "i")
+int64 = DType("int64", 8, "i")
+uint8 = DType("uint8", 1, "u")
+uint16 = DType("uint16", 2, "u")
+uint32 = DType("uint32", 4, "u")
+uint64 = DType("uint64", 8, "u")
+float16 = DType("float16", 2, "f")
+bfloat16 = DType("bfloat16", 2, "f")
+float32 = DType("float32", 4, "f")
+float64 = DType("float64", 8, "f")
+
+DTYPES: tuple[DType, ...] = (
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+
+# Defaults for Python scalars and creation functions (see module docstring).
+default_int: DType = int32
+default_float: DType = float32
+
+_NP_OF = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in DTYPES}
+_BY_NAME = {d.name: d for d in DTYPES} | {"bool_": bool_}
+_BY_NP = {_NP_OF[d.name]: d for d in DTYPES}
+
+
+def from_numpy(np_dtype: Any) -> DType:
+    """Returns the fnx dtype exactly matching a numpy dtype (no width canonicalization).
+
+    Args:
+      np_dtype: a ``numpy.dtype`` or anything ``numpy.dtype()`` accepts.
+
+    Returns:
+      The matching :class:`DType`; ``float64`` stays ``float64``.
+
+    Raises:
+      TypeError: if the dtype has no fnx equivalent (complex, object, strings, ...).
+    """
+    try:
+        dt = np.dtype(np_dtype)
+    except Exception as e:
+        raise TypeError(f"Cannot interpret {np_dtype!r} as a dtype") from e
+    if dt.byteorder not in "=|":  # byte-swapped dtypes carry the same values
+        dt = dt.newbyteorder("=")
+    try:
+        return _BY_NP[dt]
+    except KeyError:
+        kind = "complex" if dt.kind == "c" else repr(dt)
+        raise TypeError(f"fnx does not support dtype {kind} (from {np_dtype!r})") from None
+
+
+def to_dtype(x: Any) -> DType:
+    """Converts a dtype specifier to a :class:`DType`.
+
+    Args:
+      x: a :class:`DType`; a numpy dtype or scalar type (``np.float32``,
+        ``np.dtype('int64')``, ``ml_dtypes.bfloat16``); a string (``'float32'``,
+        ``'bfloat16'``, ``'bool'``, ``'f4'``, ...); an object with a ``dtype``
+        attribute; or a Python type, where ``bool -> bool_``, ``int -> int32``
+        and ``float -> float32``.
+
+    Returns:
+      The corresponding :class:`DType`.
+
+    Raises:
+      TypeError: for complex types and anything that is not a supported dtype.
+    """
+    if isinstance(x, DType):
+        return x
+    if x is bool:
+        return bool_
+    if x is int:
+        return default_int
+    if x is float:
+        return default_float
+    if x is complex:
+        raise TypeError("complex dtypes are not supported by fnx")
+    if isinstance(x, str):
+        if x in _BY_NAME:
+            return _BY_NAME[x]
+        return from_numpy(x)
+    if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)):
+        return from_numpy(x)
+    dt = getattr(x, "dtype", None)  # arrays and scalars; checked last so types above win
+    if dt is not None and not isinstance(x, type):
+        return to_dtype(dt)
+    raise TypeError(f"Cannot interpret {x!r} as an fnx dtype")
+
+
+# ---------------------------------------------------------------------------
+# Type promotion lattice (JAX's, x64 enabled, complex nodes removed).
+
+_CODE = {
+    bool_: "b1", uint8: "u1", uint16: "u2", uint32: "u4", uint64: "u8", int8: "i1", int16: "i2", int32: "i4",
+    int64: "i8", bfloat16: "bf", float16: "f2", float32: "f4", float64: "f8"}
+_OF_CODE = {c: d for d, c in _CODE.items()}
+_EDGES = {
+    "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i8"], "u8": ["f*"],
+    "i1": ["i2"], "i2": ["i4"], "i4": ["i8"], "i8": ["f*"], "f*": ["bf", "f2"], "bf": ["f4"], "f2": ["f4"],
+    "f4": ["f8"], "f8": []}
+
+
+def _upper_set(node: str) -> frozenset[str]:
+    """All nodes reachable from ``node`` (itself included)."""
+    return frozenset([node]).union(*(_upper_set(n) for n in _EDGES[node]))
+
+
+_UPPER = {n: _upper_set(n) for n in _EDGES}
+
+
+@functools.cache
+def _join(a: str, b: str) -> str:
+    """Least upper bound of two lattice nodes: the common ancestor whose upper set is the whole intersection."""
+    common = _UPPER[a] & _UPPER[b]
+    (lub,) = [n for n in common if _UPPER[n] == common]
+    return lub
+
+
+def _node(dtype: DType, weak: bool) -> str:
+    if weak and dtype.kind != "b":  # a weak bool is just a bool, as in JAX
+        return "f*" if dtype.is_float else "i*"
+    return _CODE[dtype]
+
+
+def promote_types(a: Any, b: Any) -> DType:
+    """Returns the dtype to which a binary operation on strongly typed ``a`` and ``b`` promotes.
+
+    Both arguments are converted with :func:`to_dtype` and treated as strongly
+    typed; use :func:`result_type` for weakly typed values and Python scalars.
+    When the lattice join is the weak float node (``uint64`` with a signed
+    integer) the result is ``float64``, matching ``jax.numpy.promote_types``.
+
+    Args:
+      a: a dtype specifier.
+      b: a dtype specifier.
+
+    Returns:
+      The promoted :class:`DType`.
+
+    Examples:
+      >>> promote_types(int8, uint8)
+      int16
+      >>> promote_types(bfloat16, float16)
+      float32
+      >>> promote_types(uint64, int64)
+      float64
+    """
+    j = _join(_CODE[to_dtype(a)], _CODE[to_dtype(b)])
+    return float64 if j == "f*" else _OF_CODE[j]
+
+
+def canonicalize_scalar(x: Any) -> tuple[DType, bool]:
+    """Returns ``(dtype, weak_type)`` for a Python or numpy scalar.
+
+    Python ``bool`` is strongly typed ``bool_``; Python ``int`` is a weak ``int32``
+    (``int64`` if it does not fit in 32 bits); Python ``float`` is a weak
+    ``float32``. Numpy scalars keep their exact dtype and are strongly typed.
+
+    Raises:
+      TypeError: for complex and non-scalar values.
+      OverflowError: for a Python int outside the int64 range.
+    """
+    if isinstance(x, np.generic):
+        return from_numpy(x.dtype), False
+    if isinstance(x, bool):
+        return bool_, False
+    if isinstance(x, int):
+        for dt in (default_int, int64):
+            if dt.min <= x <= dt.max:
+                return dt, True
+        raise OverflowError(f"Python int {x} is too large to convert to int64")
+    if isinstance(x, float):
+        return default_float, True
+    if isinstance(x, complex):
+        raise TypeError("complex scalars are not supported by fnx")
+    raise TypeError(f"Expected a Python or numpy scalar, got {x!r}")
+
+
+def _operand(x: Any) -> tuple[DType, bool]:
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], (bool, np.bool_)):
+        return to_dtype(x[0]), bool(x[1])
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return canonicalize_scalar(x)
+    if x is int or x is float:  # Python types stand for Python scalars, as in jax.numpy.promote_types
+        return to_dtype(x), True
+    if hasattr(x, "dtype") and not isinstance(x, type):  # array-likes may carry a weak_type flag
+        return to_dtype(x.dtype), bool(getattr(x, "weak_type", False))
+    return to_dtype(x), False
+
+
+def result_type(*operands: Any) -> tuple[DType, bool]:
+    """Applies JAX's type promotion to the operands of an operation.
+
+    Args:
+      *operands: each a ``(dtype, weak_type)`` pair, a Python or numpy scalar
+        (see :func:`canonicalize_scalar`), an object with ``dtype`` (and
+        optionally ``weak_type``) attributes, or a dtype specifier (strong).
+
+    Returns:
+      ``(dtype, weak_type)``: the join of the operands on the promotion lattice,
+      weak iff the join is the weak int or weak float node. A weak result
+      materializes as ``int32`` / ``float32`` unless 64 bits are demanded (see
+      the module docstring).
+
+    Examples:
+      >>> result_type((int8, False), 1)
+      (int8, False)
+      >>> result_type((int32, False), 1.0)
+      (float32, True)
+      >>> result_type((uint64, False), (int64, False))
+      (float64, True)
+    """
+    if not operands:
+        raise ValueError("result_type requires at least one operand")
+    ops = [_operand(x) for x in operands]
+    nodes = [_node(d, w) for d, w in ops]
+    lub = functools.reduce(_join, nodes)
+    if lub not in ("i*", "f*"):
+        return _OF_CODE[lub], False
+    kind = "f" if lub == "f*" else "i"
+    strong = [n for n in nodes if "*" not in n]
+    # 64-bit weak operands, or strong operands that alone join to f*, must not be narrowed.
+    wide = any(w and d.itemsize == 8 and (d.kind == "f") == (kind == "f") for d, w in ops)
+    wide = wide or (bool(strong) and functools.reduce(_join, strong) == "f*")
+    if kind == "f":
+        return (float64 if wide else default_float), True
+    return (int64 if wide else default_int), True
+
+
+def finfo(dtype: Any) -> Any:
+    """Machine limits for a floating point dtype (``numpy.finfo``; ``ml_dtypes.finfo`` for bfloat16)."""
+    d = to_dtype(dtype)
+    if not d.is_float:
+        raise TypeError(f"finfo requires a floating point dtype, got {d}")
+    return ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    """Machine limits for an integer dtype (``numpy.iinfo``)."""
+    d = to_dtype(dtype)
+    if not d.is_int:
+        raise TypeError(f"iinfo requires an integer dtype, got {d}")
+    return np.iinfo(d.np)

@@ -1,0 +1,39 @@
+"""The exceptions fnx raises, and the helper that names the user's source line in them."""
+from __future__ import annotations
+
+import os
+import sys
+
+_FNX_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_frame() -> str:
+    """The innermost stack frame outside the fnx package, as 'file:line (function)'."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_FNX_DIR + os.sep) and "importlib" not in path:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class FnxError(Exception):
+    """Base class of fnx's own errors."""
+
+
+class ShapeError(FnxError, TypeError):
+    """Shapes that do not fit together (a TypeError, as JAX raises for shape mismatches)."""
+
+
+class ConcretizationError(FnxError, TypeError):
+    """A traced value was used where a concrete Python value is needed (bool(), int(), float(), indexing)."""
+
+
+class UnsupportedError(FnxError, NotImplementedError):
+    """An operation fnx does not support for these inputs, transform or backend."""
+
+
+def at_user_line(message: str) -> str:
+    """Append the user's source line to an error message."""
+    return f"{message}\n  at {user_frame()}"

@@ -1,0 +1,429 @@
+"""fnx.lax: one function per primitive (plus a few thin compositions), as in jax.lax.
+
+Each primitive function builds exactly one UOp from operands of equal shape and dtype; fnx.numpy adds broadcasting
+and type promotion on top. Operands may be Arrays, numpy arrays or Python scalars (weakly typed).
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from fnx import dtypes
+from fnx.backends.device import Buffer
+from fnx.dtypes import DType
+from fnx.errors import ShapeError, at_user_line
+from fnx.trace import Array, eager_op, state
+from fnx.uop import GroupOp, Ops, UOp
+
+# ---- conversions between user values and UOps ----
+
+
+def to_array(x: Any, dtype: DType | None = None) -> Array:
+    """An Array for `x` (an Array, numpy array or scalar); Python scalars become weakly typed constants."""
+    if isinstance(x, Array):
+        return x if dtype is None or x.uop.dtype == dtype else convert_element_type(x, dtype)
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        scalar_dtype, weak = dtypes.canonicalize_scalar(x)
+        return Array(UOp.const(dtype or scalar_dtype, x), weak and dtype is None)
+    if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__array__"):
+        value = np.asarray(x)
+        if value.dtype == np.dtype("O"):
+            raise TypeError(at_user_line(f"cannot convert an object array to an fnx array: {x!r}"))
+        if dtype is not None and value.dtype != dtype.np:
+            value = value.astype(dtype.np)
+        return constant_array(value)
+    if isinstance(x, (list, tuple)):
+        return to_array(np.asarray(x) if not any(isinstance(e, Array) for e in _flat(x)) else _stack_nested(x), dtype)
+    raise TypeError(at_user_line(f"cannot convert {type(x).__name__} to an fnx array: {x!r}"))
+
+
+def _flat(x):
+    for e in x:
+        yield from (_flat(e) if isinstance(e, (list, tuple)) else [e])
+
+
+def _stack_nested(x) -> Array:
+    from fnx.numpy import stack
+    return stack([_stack_nested(e) if isinstance(e, (list, tuple)) else e for e in x])
+
+
+def constant_array(value: np.ndarray) -> Array:
+    """A concrete Array holding a copy of a numpy array on the default device."""
+    dtype = dtypes.from_numpy(value.dtype)
+    if value.size == 1 or value.ndim == 0:  # small constants stay in the graph, where rewrites can fold them
+        scalar = value.reshape(-1)[0].item() if value.size else 0
+        return Array(UOp.const(dtype, scalar, value.shape))
+    buf = Buffer.from_numpy(state.default_device, np.array(value, copy=True))
+    return Array(UOp(Ops.BUFFER, dtype, (), (buf, tuple(value.shape))))
+
+
+def _binary_operands(x: Any, y: Any, name: str) -> tuple[Array, Array, bool]:
+    """Convert and promote two operands; returns them with the result's weak flag."""
+    a, b = (v if isinstance(v, Array) else to_array(v) for v in (x, y))
+    dtype, weak = dtypes.result_type((a.uop.dtype, a.weak_type), (b.uop.dtype, b.weak_type))
+    a, b = convert_element_type(a, dtype), convert_element_type(b, dtype)
+    if a.ndim == 0 and b.ndim: a = _broadcast_scalar(a, b.shape)
+    if b.ndim == 0 and a.ndim: b = _broadcast_scalar(b, a.shape)
+    return a, b, weak
+
+
+def _broadcast_scalar(a: Array, shape: tuple[int, ...]) -> Array:
+    """A 0-d operand broadcast to `shape` (scalars broadcast in lax ops, as in jax.lax)."""
+    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg[0], shape), a.weak_type)
+    return expand(reshape(a, (1,) * len(shape)), shape)
+
+
+def _same_shapes(name: str, *xs: Array) -> None:
+    if any(x.shape != xs[0].shape for x in xs):
+        shapes = ", ".join(f"{x.uop.dtype}{list(x.shape)}" for x in xs)
+        raise ShapeError(at_user_line(f"{name}: operands must have equal shapes, got {shapes}"))
+
+
+def _unary(op: Ops, x: Any, name: str, floats_only: bool = False) -> Array:
+    a = to_array(x)
+    if floats_only and not a.uop.dtype.is_float:
+        raise TypeError(at_user_line(f"{name} needs a floating-point operand, got {a.uop.dtype}{list(a.shape)}"))
+    return Array(UOp(op, a.uop.dtype, (a.uop,)), a.weak_type)
+
+
+def _binary(op: Ops, x: Any, y: Any, name: str) -> Array:
+    a, b, weak = _binary_operands(x, y, name)
+    _same_shapes(name, a, b)
+    out_dtype = dtypes.bool_ if op in GroupOp.Comparison else a.uop.dtype
+    return Array(UOp(op, out_dtype, (a.uop, b.uop)), weak and op not in GroupOp.Comparison)
+
+
+# ---- elementwise primitives ----
+
+@eager_op
+def add(x, y): return _binary(Ops.ADD, x, y, "add")
+@eager_op
+def mul(x, y): return _binary(Ops.MUL, x, y, "mul")
+@eager_op
+def max(x, y): return _binary(Ops.MAX, x, y, "max")  # noqa: A001
+@eager_op
+def lt(x, y): return _binary(Ops.CMPLT, x, y, "lt")
+@eager_op
+def ne(x, y): return _binary(Ops.CMPNE, x, y, "ne")
+@eager_op
+def shift_left(x, y): return _binary(Ops.SHL, x, y, "shift_left")
+@eager_op
+def shift_right(x, y): return _binary(Ops.SHR, x, y, "shift_right")
+
+
+@eager_op
+def div(x, y):
+    """x / y: true division for floats, truncation toward zero for integers (like C and jax.lax.div)."""
+    return _binary(Ops.DIV, x, y, "div")
+
+
+@eager_op
+def rem(x, y):
+    """Remainder with the sign of x (like C's fmod and jax.lax.rem)."""
+    return _binary(Ops.MOD, x, y, "rem")
+
+
+def _bitwise(op: Ops, name: str):
+    def fn(x, y):
+        a, b, weak = _binary_operands(x, y, name)
+        if a.uop.dtype.is_float:
+            raise TypeError(at_user_line(f"{name} needs integer or bool operands, got {a.uop.dtype}"))
+        _same_shapes(name, a, b)
+        return Array(UOp(op, a.uop.dtype, (a.uop, b.uop)), weak)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise {name} of integer or bool arrays."
+    return eager_op(fn)
+
+
+bitwise_and = _bitwise(Ops.AND, "bitwise_and")
+bitwise_or = _bitwise(Ops.OR, "bitwise_or")
+bitwise_xor = _bitwise(Ops.XOR, "bitwise_xor")
+
+
+@eager_op
+def recip(x): return _unary(Ops.RECIP, x, "recip", floats_only=True)
+@eager_op
+def sqrt(x): return _unary(Ops.SQRT, x, "sqrt", floats_only=True)
+@eager_op
+def exp2(x): return _unary(Ops.EXP2, x, "exp2", floats_only=True)
+@eager_op
+def log2(x): return _unary(Ops.LOG2, x, "log2", floats_only=True)
+@eager_op
+def sin(x): return _unary(Ops.SIN, x, "sin", floats_only=True)
+@eager_op
+def trunc(x): return _unary(Ops.TRUNC, x, "trunc", floats_only=True)
+
+
+@eager_op
+def select(pred, on_true, on_false) -> Array:
+    """Elementwise `on_true if pred else on_false` (jax.lax.select); all operands of one shape."""
+    p = to_array(pred)
+    if not p.uop.dtype.is_bool:
+        raise TypeError(at_user_line(f"select: predicate must be bool, got {p.uop.dtype}"))
+    a, b, weak = _binary_operands(on_true, on_false, "select")
+    _same_shapes("select", p, a, b)
+    return Array(UOp(Ops.WHERE, a.uop.dtype, (p.uop, a.uop, b.uop)), weak)
+
+
+@eager_op
+def convert_element_type(x, new_dtype) -> Array:
+    """Cast to `new_dtype` (float->int truncates toward zero; anything->bool is x != 0)."""
+    a = to_array(x)
+    dtype = dtypes.to_dtype(new_dtype)
+    if a.uop.dtype == dtype: return Array(a.uop, False) if a.weak_type else a
+    if a.uop.op is Ops.CONST:  # fold casts of constants here, so weak scalars promote without a kernel
+        value = a.uop.arg[0]
+        if dtype.is_bool: value = value != 0
+        elif dtype.is_int and isinstance(value, float):
+            value = int(value) if math.isfinite(value) else 0
+        return Array(UOp.const(dtype, value, a.shape))
+    return Array(UOp(Ops.CAST, dtype, (a.uop,)))
+
+
+@eager_op
+def bitcast_convert_type(x, new_dtype) -> Array:
+    """Reinterpret the bits of each element as `new_dtype` (same item size)."""
+    a, dtype = to_array(x), dtypes.to_dtype(new_dtype)
+    if dtype.itemsize != a.uop.dtype.itemsize:
+        raise TypeError(at_user_line(f"bitcast_convert_type: {a.uop.dtype} and {dtype} differ in size"))
+    return Array(UOp(Ops.BITCAST, dtype, (a.uop,)))
+
+
+# ---- movement primitives ----
+
+def _axes(axes: Sequence[int] | int, ndim: int, name: str) -> tuple[int, ...]:
+    """Normalize (possibly negative) axes, raising a ValueError that names the op for out-of-range ones."""
+    out = []
+    for a in ([axes] if isinstance(axes, (int, np.integer)) else axes):
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise ValueError(at_user_line(f"{name}: axis {a} is out of bounds for an array of rank {ndim}"))
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError(at_user_line(f"{name}: repeated axis in {tuple(axes)}"))
+    return tuple(out)
+
+
+def _movement(op: Ops, x: Any, arg: Any) -> Array:
+    a = to_array(x)
+    return Array(UOp(op, a.uop.dtype, (a.uop,), arg), a.weak_type)
+
+
+@eager_op
+def reshape(x, new_sizes: Sequence[int]) -> Array:
+    a = to_array(x)
+    new_sizes = tuple(int(s) for s in new_sizes)
+    if math.prod(new_sizes) != a.size or any(s < 0 for s in new_sizes):
+        raise ShapeError(at_user_line(f"reshape: cannot reshape an array of shape {a.shape} (size {a.size}) "
+                                      f"into shape {new_sizes}"))
+    return a if new_sizes == a.shape else _movement(Ops.RESHAPE, a, new_sizes)
+
+
+@eager_op
+def transpose(x, permutation: Sequence[int]) -> Array:
+    a = to_array(x)
+    perm = _axes(permutation, a.ndim, "transpose")
+    if len(perm) != a.ndim:
+        raise ValueError(at_user_line(f"transpose: permutation {tuple(permutation)} does not match rank {a.ndim}"))
+    return a if perm == tuple(range(a.ndim)) else _movement(Ops.PERMUTE, a, perm)
+
+
+@eager_op
+def broadcast_in_dim(x, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Array:
+    """Broadcast `x` to `shape`; operand axis i maps to output axis broadcast_dimensions[i] (jax.lax semantics)."""
+    a, shape = to_array(x), tuple(int(s) for s in shape)
+    dims = tuple(broadcast_dimensions)
+    if len(dims) != a.ndim or any(not (a.shape[i] in (1, shape[d])) for i, d in enumerate(dims)):
+        raise ShapeError(at_user_line(f"broadcast_in_dim: cannot broadcast {a.shape} to {shape} "
+                                      f"along dimensions {dims}"))
+    keep = [1] * len(shape)
+    for i, d in enumerate(dims): keep[d] = a.shape[i]
+    out = reshape(a, keep)
+    return out if tuple(keep) == shape else _movement(Ops.EXPAND, out, shape)
+
+
+@eager_op
+def expand(x, shape: Sequence[int]) -> Array:
+    """Broadcast size-1 axes of `x` to `shape` (same rank)."""
+    a, shape = to_array(x), tuple(shape)
+    return a if a.shape == shape else _movement(Ops.EXPAND, a, shape)
+
+
+@eager_op
+def pad(x, padding_value, padding_config: Sequence[tuple[int, int, int]]) -> Array:
+    """Pad with `padding_value`: (low, high, interior) per axis; negative low/high crop (jax.lax.pad)."""
+    a = to_array(x)
+    if len(padding_config) != a.ndim:
+        raise ValueError(at_user_line(f"pad: need one (low, high, interior) per axis of {a.shape}, got {padding_config}"))
+    if any(interior for _, _, interior in padding_config):
+        out = a
+        for axis, (_, _, interior) in enumerate(padding_config):
+            if interior: out = _interior_pad(out, axis, interior, padding_value)
+        return pad(out, padding_value, [(lo, hi, 0) for lo, hi, _ in padding_config])
+    crop = tuple((builtins.max(-lo, 0), s - builtins.max(-hi, 0)) for (lo, hi, _), s in zip(padding_config, a.shape))
+    if any(b > e for b, e in crop):
+        raise ValueError(at_user_line(f"pad: negative padding {padding_config} removes more than the axis size {a.shape}"))
+    out = _movement(Ops.SHRINK, a, crop) if crop != tuple((0, s) for s in a.shape) else a
+    widths = tuple((builtins.max(lo, 0), builtins.max(hi, 0)) for lo, hi, _ in padding_config)
+    if all(w == (0, 0) for w in widths): return out
+    padded = _movement(Ops.PAD, out, widths)
+    value = to_array(padding_value, out.uop.dtype)
+    if value.uop.op is Ops.CONST and value.uop.arg[0] == 0: return padded
+    mask = _movement(Ops.PAD, Array(UOp.const(dtypes.bool_, True, out.shape)), widths)
+    return select(mask, padded, expand(reshape(value, (1,) * padded.ndim), padded.shape) if value.ndim == 0 else value)
+
+
+def _interior_pad(a: Array, axis: int, interior: int, value) -> Array:
+    n = a.shape[axis]
+    if n == 0: return a
+    moved = reshape(a, a.shape[:axis + 1] + (1,) + a.shape[axis + 1:])
+    cfg = [(0, 0, 0)] * moved.ndim
+    cfg[axis + 1] = (0, interior, 0)
+    spread = pad(moved, value, cfg)
+    flat = reshape(spread, a.shape[:axis] + (n * (interior + 1),) + a.shape[axis + 1:])
+    return slice_in_dim(flat, 0, n * (interior + 1) - interior, axis=axis)
+
+
+@eager_op
+def slice(x, start_indices: Sequence[int], limit_indices: Sequence[int], strides: Sequence[int] | None = None) -> Array:  # noqa: A001
+    """x[start:limit:stride] per axis (static bounds, jax.lax.slice)."""
+    a = to_array(x)
+    if len(start_indices) != a.ndim or len(limit_indices) != a.ndim:
+        raise ValueError(at_user_line(f"slice: need one start and limit per axis of {a.shape}"))
+    bounds = tuple((int(b), int(e)) for b, e in zip(start_indices, limit_indices))
+    if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, a.shape)):
+        raise ValueError(at_user_line(f"slice: bounds {bounds} out of range for shape {a.shape}"))
+    out = a if bounds == tuple((0, s) for s in a.shape) else _movement(Ops.SHRINK, a, bounds)
+    if strides is None or all(s == 1 for s in strides): return out
+    for axis, stride in enumerate(strides):
+        if stride != 1: out = _stride_axis(out, axis, int(stride))
+    return out
+
+
+def _stride_axis(a: Array, axis: int, stride: int) -> Array:
+    """Every stride-th element along `axis`, as pad + reshape + shrink (no gather)."""
+    n = a.shape[axis]
+    count = -(-n // stride)
+    cfg = [(0, 0, 0)] * a.ndim
+    cfg[axis] = (0, count * stride - n, 0)
+    padded = pad(a, 0, cfg)
+    split = reshape(padded, a.shape[:axis] + (count, stride) + a.shape[axis + 1:])
+    start, limit = [0] * split.ndim, list(split.shape)
+    limit[axis + 1] = 1
+    return reshape(slice(split, start, limit), a.shape[:axis] + (count,) + a.shape[axis + 1:])
+
+
+def slice_in_dim(x, start: int, limit: int, stride: int = 1, axis: int = 0) -> Array:
+    a = to_array(x)
+    axis = _axes(axis, a.ndim, "slice_in_dim")[0]
+    starts, limits, strides = [0] * a.ndim, list(a.shape), [1] * a.ndim
+    starts[axis], limits[axis], strides[axis] = start, limit, stride
+    return slice(a, starts, limits, strides)
+
+
+@eager_op
+def rev(x, dimensions: Sequence[int]) -> Array:
+    """Reverse the order of elements along `dimensions`."""
+    a = to_array(x)
+    axes = _axes(dimensions, a.ndim, "rev")
+    return a if not axes else _movement(Ops.FLIP, a, tuple(i in axes for i in range(a.ndim)))
+
+
+@eager_op
+def gather_axis(x, indices, axis: int) -> Array:
+    """Gather along one axis: out[..., i..., ...] = x[..., indices[i...], ...]. Out-of-range indices are clamped
+    (as JAX's gather does); negative indices are not normalized here (fnx.numpy does that)."""
+    a, idx = to_array(x), to_array(indices)
+    if not idx.uop.dtype.is_int:
+        raise TypeError(at_user_line(f"gather: indices must be integers, got {idx.uop.dtype}"))
+    axis = _axes(axis, a.ndim, "gather")[0]
+    return Array(UOp(Ops.INDEX, a.uop.dtype, (a.uop, idx.uop), axis), a.weak_type)
+
+
+@eager_op
+def scatter_axis(x, indices, updates, axis: int, mode: str = "set") -> Array:
+    """A copy of x with x[..., indices[i], ...] combined with updates[..., i, ...] (mode: set/add/mul/min/max).
+    Indices outside the axis are dropped, as JAX's scatter does."""
+    a, idx = to_array(x), to_array(indices)
+    upd = convert_element_type(updates, a.uop.dtype)
+    axis = _axes(axis, a.ndim, "scatter")[0]
+    want = a.shape[:axis] + idx.shape + a.shape[axis + 1:]
+    if mode not in ("set", "add", "mul", "min", "max"):
+        raise ValueError(f"scatter: unknown mode {mode!r}")
+    if upd.shape != want:
+        raise ShapeError(at_user_line(f"scatter: updates of shape {upd.shape} do not fit indices of shape {idx.shape} "
+                                      f"into an operand of shape {a.shape} along axis {axis} (want {want})"))
+    return Array(UOp(Ops.SCATTER, a.uop.dtype, (a.uop, idx.uop, upd.uop), (axis, mode)), a.weak_type)
+
+
+# ---- reductions ----
+
+def _reduce(op: Ops, x: Any, axes: Sequence[int], name: str) -> Array:
+    """Reduce over `axes`, keeping them as size-1 axes (the REDUCE primitive)."""
+    a = to_array(x)
+    axes = tuple(sorted(_axes(axes, a.ndim, name)))
+    if not axes: return a
+    return Array(UOp(Ops.REDUCE, a.uop.dtype, (a.uop,), (op, axes)), a.weak_type)
+
+
+def _drop_axes(a: Array, axes: tuple[int, ...]) -> Array:
+    return reshape(a, tuple(s for i, s in enumerate(a.shape) if i not in axes))
+
+
+def _reducer(op: Ops, name: str):
+    def fn(operand, axes: Sequence[int], keepdims: bool = False) -> Array:
+        a = to_array(operand)
+        norm = _axes(axes, a.ndim, name)
+        out = _reduce(op, a, norm, name)
+        return out if keepdims else _drop_axes(out, norm)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Reduce `operand` over `axes` with {op.name.lower()}."
+    return eager_op(fn)
+
+
+reduce_sum = _reducer(Ops.ADD, "reduce_sum")
+reduce_max = _reducer(Ops.MAX, "reduce_max")
+reduce_prod = _reducer(Ops.MUL, "reduce_prod")
+
+
+# ---- markers ----
+
+@eager_op
+def stop_gradient(x) -> Array:
+    """The identity whose gradient is zero."""
+    a = to_array(x)
+    return Array(UOp(Ops.DETACH, a.uop.dtype, (a.uop,)), a.weak_type)
+
+
+@eager_op
+def optimization_barrier(x) -> Array:
+    """The identity, forced into its own buffer (no fusion across it)."""
+    a = to_array(x)
+    return Array(UOp(Ops.CONTIGUOUS, a.uop.dtype, (a.uop,)), a.weak_type)
+
+
+# ---- compositions that jax.lax also offers ----
+
+def full(shape: Sequence[int], fill_value, dtype=None) -> Array:
+    shape = tuple(int(s) for s in shape)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.canonicalize_scalar(
+        fill_value.item() if isinstance(fill_value, np.generic) else fill_value)[0]
+    if isinstance(fill_value, Array):
+        return broadcast_in_dim(convert_element_type(fill_value, dt), shape, ())
+    return Array(UOp.const(dt, fill_value, shape))
+
+
+def iota(dtype, size: int) -> Array:
+    """[0, 1, ..., size-1] as `dtype`."""
+    return broadcasted_iota(dtype, (size,), 0)
+
+
+def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
+    """An array of `shape` whose value is its index along `dimension`."""
+    dt, shape = dtypes.to_dtype(dtype), tuple(int(s) for s in shape)
+    dimension = _axes(dimension, len(shape), "broadcasted_iota")[0]
+    index = UOp(Ops.IOTA, dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64, (), (shape, dimension))
+    return convert_element_type(Array(index), dt)

@@ -1,0 +1,127 @@
+"""Rules as data: `UPat` patterns, a `PatternMatcher` of (pattern, function) pairs, and `graph_rewrite`.
+
+        pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg[0] == 0 else None)])
+        graph_rewrite(root, pm)   # bottom-up, each node rewritten to a fixed point
+
+A rule's function gets the named sub-matches as keyword arguments (plus `ctx` if it names it) and returns a
+replacement UOp, or None to leave the node alone.
+"""
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+from fnx.dtypes import DType
+from fnx.uop import Ops, UOp
+
+
+class UPat:
+    """A pattern over UOps. `op` is an Ops or a set of them; `src` a tuple of UPats (matched in order, or in either
+    order for a 2-source commutative pattern when `commutative=True`), or a single UPat every source must match."""
+
+    def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
+                              src: tuple[UPat, ...] | UPat | None = None, arg: Any = None, name: str | None = None,
+                              commutative: bool = False, predicate: Callable[[UOp], bool] | None = None):
+        self.ops = None if op is None else frozenset([op] if isinstance(op, Ops) else op)
+        self.dtypes = None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
+        self.src, self.arg, self.name, self.commutative, self.predicate = src, arg, name, commutative, predicate
+
+    @staticmethod
+    def var(name: str, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        return UPat(Ops.CONST, dtype=dtype, name=name)
+
+    @staticmethod
+    def const(value: Any, name: str | None = None) -> UPat:
+        """A CONST node whose value equals `value` (any shape, any dtype)."""
+        return UPat(Ops.CONST, name=name, predicate=lambda u: u.arg[0] == value and type(u.arg[0]) is not bool
+                                or u.arg[0] is value)
+
+    def match(self, u: UOp, bindings: dict[str, UOp]) -> bool:
+        if self.ops is not None and u.op not in self.ops: return False
+        if self.dtypes is not None and u.dtype not in self.dtypes: return False
+        if self.arg is not None and u.arg != self.arg: return False
+        if self.predicate is not None and not self.predicate(u): return False
+        if self.name is not None:
+            if self.name in bindings and bindings[self.name] is not u: return False
+            bindings[self.name] = u
+        if self.src is None: return True
+        if isinstance(self.src, UPat): return all(self.src.match(s, bindings) for s in u.src)
+        if len(self.src) != len(u.src): return False
+        orders = [u.src, u.src[::-1]] if self.commutative and len(u.src) == 2 else [u.src]
+        for order in orders:
+            trial = dict(bindings)
+            if all(p.match(s, trial) for p, s in zip(self.src, order)):
+                bindings.update(trial)
+                return True
+        return False
+
+
+class PatternMatcher:
+    """An ordered list of (UPat, function) rules, indexed by op so a node is only tried against rules that can match."""
+
+    def __init__(self, rules: list[tuple[UPat, Callable[..., UOp | None]]]):
+        self.rules = rules
+        self.by_op: dict[Ops | None, list] = defaultdict(list)
+        for pat, fn in rules:
+            wants_ctx = "ctx" in inspect.signature(fn).parameters
+            for op in (pat.ops if pat.ops is not None else [None]):
+                self.by_op[op].append((pat, fn, wants_ctx))
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.rules + other.rules)
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        for pat, fn, wants_ctx in self.by_op.get(u.op, []) + self.by_op.get(None, []):
+            bindings: dict[str, UOp] = {}
+            if pat.match(u, bindings):
+                out = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)
+                if out is not None and out is not u: return out
+        return None
+
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp, UOp] | None = None) -> UOp:
+    """Rewrite `root` bottom-up: each node's sources first, then the node itself until no rule fires.
+
+    Nodes a rule creates are rewritten too. `memo` maps already-rewritten nodes to their results and may be shared
+    between calls that rewrite parts of one graph.
+    """
+    memo = {} if memo is None else memo
+    for u in _toposort_new(root, memo):
+        src = tuple(memo[s] for s in u.src)
+        new = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+        for _ in range(1000):
+            out = pm.rewrite(new, ctx)
+            if out is None: break
+            new = graph_rewrite(out, pm, ctx, memo) if out not in memo else memo[out]
+        memo[u] = new
+    return memo[root]
+
+
+def _toposort_new(root: UOp, memo: dict[UOp, UOp]) -> list[UOp]:
+    """The nodes under `root` not yet in `memo`, sources first; does not descend below memoized nodes."""
+    order: list[UOp] = []
+    seen: set[UOp] = set(memo)
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, expanded = stack.pop()
+        if expanded:
+            order.append(u)
+        elif u not in seen:
+            seen.add(u)
+            stack.append((u, True))
+            stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+    return order
+
+
+def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """Replace the nodes in `mapping` (and rebuild everything above them)."""
+    memo = dict(mapping)
+    for u in _toposort_new(root, memo):
+        src = tuple(memo[s] for s in u.src)
+        memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+    return memo[root]

@@ -1,0 +1,265 @@
+"""Arrays, tracing and eager execution.
+
+An `Array` wraps a UOp. A concrete array's UOp is a BUFFER (a device allocation); under a trace (jit, make_graph)
+arrays wrap lazy graphs over PARAMs. `trace(f, ...)` turns a Python function on pytrees into
+FUNCTION(TUPLE(outputs...), inputs...) where every BUFFER the function closed over became an extra PARAM.
+
+Outside any trace, each `fnx.numpy` function runs eagerly: `eager_op` builds its graph lazily, then `realize`
+compiles it once per (graph over PARAMs, device) and runs it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from fnx import dtypes, tree_util
+from fnx.backends.device import Buffer, Executable, canonical_device, get_backend
+from fnx.config import config
+from fnx.dtypes import DType
+from fnx.errors import ConcretizationError, at_user_line
+from fnx.uop import Ops, UOp
+
+
+class _State:
+    """How deep we are in op building: 0 means eager (each fnx.numpy call realizes its result)."""
+    depth = 0
+    tracing = 0          # > 0 inside a trace whose values are abstract (jit, make_graph)
+    default_device = canonical_device(config.device)
+
+
+state = _State()
+
+
+@contextlib.contextmanager
+def building(tracing: bool = False):
+    """Build ops lazily inside this block (and mark values abstract when `tracing`)."""
+    state.depth += 1
+    state.tracing += tracing
+    try:
+        yield
+    finally:
+        state.depth -= 1
+        state.tracing -= tracing
+
+
+class Array:
+    """An immutable n-dimensional array on a device (or a traced value under jit).
+
+    Arrays support numpy-style operators, indexing, `.at[...]` updates and the reduction methods; see fnx.numpy.
+    """
+    __slots__ = ("uop", "weak_type", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, uop: UOp, weak_type: bool = False):
+        self.uop, self.weak_type = uop, weak_type
+
+    shape = property(lambda self: self.uop.shape)
+    dtype = property(lambda self: self.uop.dtype.np)
+    ndim = property(lambda self: len(self.uop.shape))
+    size = property(lambda self: self.uop.size)
+
+    @property
+    def aval(self) -> tuple[tuple[int, ...], DType, bool]:
+        return (self.uop.shape, self.uop.dtype, self.weak_type)
+
+    @property
+    def device(self) -> Any:
+        from fnx import devices as _devices
+        return _devices.device_object(self.uop.device or state.default_device)
+
+    @property
+    def sharding(self) -> Any:
+        from fnx import devices as _devices
+        return _devices.SingleDeviceSharding(self.device)
+
+    @property
+    def is_concrete(self) -> bool:
+        return self.uop.op is Ops.BUFFER
+
+    def block_until_ready(self) -> Array:
+        return self
+
+    def _value(self) -> np.ndarray:
+        """The value as a numpy array (runs pending work; raises ConcretizationError under a trace)."""
+        if self.uop.op is not Ops.BUFFER:
+            if state.tracing:
+                raise ConcretizationError(at_user_line(
+                    f"a traced value of shape {self.shape} and dtype {self.uop.dtype} was used where a concrete "
+                    "value is needed (bool(), int(), float(), np.asarray, or a Python `if`). Under jit, use "
+                    "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
+                    "with static_argnums"))
+            self.uop = realize([self.uop])[0]
+        return self.uop.arg[0].numpy(self.uop.shape)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        value = self._value()
+        return value.astype(dtype) if dtype is not None else value.copy() if copy else value
+
+    def item(self) -> Any: return self._value().item()
+    def tolist(self) -> Any: return self._value().tolist()
+    def __bool__(self) -> bool: return bool(self._scalar_value("bool"))
+    def __int__(self) -> int: return int(self._scalar_value("int"))
+    def __float__(self) -> float: return float(self._scalar_value("float"))
+    def __complex__(self) -> complex: return complex(self._scalar_value("complex"))
+
+    def __index__(self) -> int:
+        if not self.uop.dtype.is_int and not self.uop.dtype.is_bool:
+            raise TypeError(at_user_line(f"only integer arrays can be used as an index, got {self.uop.dtype}"))
+        return int(self._scalar_value("index"))
+
+    def _scalar_value(self, what: str) -> Any:
+        if self.size != 1:
+            raise TypeError(at_user_line(f"{what}() of an array of shape {self.shape} is ambiguous; "
+                                         "it needs exactly one element"))
+        return self._value().reshape(())[()]
+
+    def __len__(self) -> int:
+        if not self.shape: raise TypeError("len() of unsized object (a 0-d array)")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape: raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = None  # arrays are not hashable, as in numpy and JAX
+
+    def __repr__(self) -> str:
+        if self.uop.op is not Ops.BUFFER and state.tracing:
+            return f"Traced<{self.uop.dtype}{list(self.shape)}>"
+        value = self._value()
+        body = np.array2string(value, separator=", ", prefix="Array(")
+        default = self.uop.dtype in (dtypes.float32, dtypes.int32, dtypes.bool_)
+        return f"Array({body}{'' if default else f', dtype={self.uop.dtype}'})"
+
+    def __str__(self) -> str:
+        return str(self._value()) if self.uop.op is Ops.BUFFER or not state.tracing else repr(self)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._value().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._value().__dlpack_device__()
+
+
+# ---- eager execution ----
+
+_executables: dict[tuple[UOp, str], Executable] = {}
+
+
+def compile_function(fn: UOp, device: str) -> Executable:
+    """The cached Executable of FUNCTION `fn` on `device` (compiled on first use)."""
+    key = (fn.src[0], device)
+    if (exe := _executables.get(key)) is None:
+        exe = _executables[key] = get_backend(device).compile(fn, device)
+    return exe
+
+
+def parameterize(outs: list[UOp]) -> tuple[UOp, list[UOp]]:
+    """FUNCTION(TUPLE(outs)) with every BUFFER under `outs` replaced by a PARAM; also returns those BUFFERs."""
+    from fnx.rewrite import substitute
+    body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
+    buffers = [u for u in body.toposort if u.op is Ops.BUFFER]
+    params = {b: UOp(Ops.PARAM, b.dtype, (), (i, b.shape, b.device)) for i, b in enumerate(buffers)}
+    new_body = substitute(body, params) if params else body
+    return UOp(Ops.FUNCTION, dtypes.bool_, (new_body, *buffers)), buffers
+
+
+def realize(outs: list[UOp]) -> list[UOp]:
+    """Compute lazy graphs over BUFFERs; returns one BUFFER UOp per output."""
+    pending = [u for u in outs if u.op is not Ops.BUFFER]
+    if not pending: return outs
+    fn, buffers = parameterize(pending)
+    devices = {b.device for b in buffers}
+    if len(devices) > 1:
+        raise ValueError(at_user_line(f"an operation mixes arrays on different devices: {sorted(devices)}; "
+                                      "move them with fnx.device_put first"))
+    device = devices.pop() if devices else state.default_device
+    results = iter(run_function(fn, [b.arg[0] for b in buffers], device))
+    return [u if u.op is Ops.BUFFER else next(results) for u in outs]
+
+
+def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:
+    """Run FUNCTION `fn` on `inputs`; returns BUFFER UOps of its outputs."""
+    exe = compile_function(fn, device)
+    return [UOp(Ops.BUFFER, out.dtype, (), (buf, out.shape))
+            for out, buf in zip(fn.src[0].src, exe(inputs))]
+
+
+def _realize_tree(tree: Any) -> Any:
+    leaves, treedef = tree_util.tree_flatten(tree)
+    lazy = [x for x in leaves if isinstance(x, Array) and x.uop.op is not Ops.BUFFER]
+    if lazy:
+        for a, u in zip(lazy, realize([a.uop for a in lazy])):
+            a.uop = u
+    return tree
+
+
+def eager_op(fn: Callable) -> Callable:
+    """Decorator for array-API functions: outside a trace, build the whole call lazily, then run it as one FUNCTION."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if state.depth: return fn(*args, **kwargs)
+        with building():
+            out = fn(*args, **kwargs)
+        return _realize_tree(out)
+    return wrapper
+
+
+# ---- tracing ----
+
+@dataclass
+class Traced:
+    """A traced function: `fn` is FUNCTION(TUPLE(outs), args...) whose first PARAMs are the flat arguments and whose
+    remaining PARAMs are the arrays it closed over (`consts`)."""
+    fn: UOp
+    in_tree: Any
+    out_tree: Any
+    consts: list[UOp]          # BUFFER UOps the function closed over, passed after the arguments
+    out_weak: list[bool]
+
+    @property
+    def body(self) -> UOp:
+        return self.fn.src[0]
+
+
+def abstract_leaf(x: Any) -> tuple[tuple[int, ...], DType, bool]:
+    """(shape, dtype, weak_type) of an argument leaf: an Array, a numpy array or scalar, or a Python scalar."""
+    if isinstance(x, Array): return x.aval
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        dtype, weak = dtypes.canonicalize_scalar(x)
+        return ((), dtype, weak)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return (tuple(np.shape(x)), dtypes.from_numpy(np.asarray(x).dtype), False)
+    raise TypeError(at_user_line(f"argument of type {type(x).__name__} is not a valid fnx array "
+                                 "(expected an Array, a numpy array or a Python scalar)"))
+
+
+def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None) -> Traced:
+    """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`."""
+    leaves, in_tree = tree_util.tree_flatten(args)
+    avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
+    device = device or state.default_device
+    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device)), weak) for i, (shape, dtype, weak) in enumerate(avals)]
+    with building(tracing=True):
+        out = f(*tree_util.tree_unflatten(in_tree, params))
+    from fnx.numpy import asarray
+    out_leaves, out_tree = tree_util.tree_flatten(out)
+    with building(tracing=True):
+        out_arrays = [asarray(o) for o in out_leaves]
+    fn, consts = _hoist_constants([a.uop for a in out_arrays], len(params))
+    return Traced(fn, in_tree, out_tree, consts, [a.weak_type for a in out_arrays])
+
+
+def _hoist_constants(outs: list[UOp], nargs: int) -> tuple[UOp, list[UOp]]:
+    """FUNCTION(TUPLE(outs)) with closed-over BUFFERs replaced by PARAMs numbered after the arguments."""
+    from fnx.rewrite import substitute
+    body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
+    consts = [u for u in body.toposort if u.op is Ops.BUFFER]
+    mapping = {b: UOp(Ops.PARAM, b.dtype, (), (nargs + i, b.shape, b.device)) for i, b in enumerate(consts)}
+    if mapping: body = substitute(body, mapping)
+    params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
+    return UOp(Ops.FUNCTION, dtypes.bool_, (body, *params)), consts

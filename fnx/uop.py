@@ -1,0 +1,293 @@
+"""The IR: `Ops` and the hash-consed, immutable `UOp` node with its derived shape and device.
+
+A UOp is `(op, dtype, src, arg)`. Structurally equal UOps are the same object, so `is` is equality, common
+subexpressions merge for free and a UOp can key a cache. Construction checks its sources and raises
+`ShapeError` naming the op, the shapes and the user's source line.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import weakref
+from functools import cached_property
+from typing import Any
+
+from fnx import dtypes
+from fnx.dtypes import DType
+from fnx.errors import ShapeError, at_user_line
+
+
+class Ops(enum.Enum):
+    # source
+    BUFFER = enum.auto(); PARAM = enum.auto(); CONST = enum.auto(); IOTA = enum.auto()  # noqa: E702
+    # movement (shapes are static tuples in arg); INDEX gathers along one axis with an integer index array
+    RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto()  # noqa: E702
+    SHRINK = enum.auto(); FLIP = enum.auto(); INDEX = enum.auto()  # noqa: E702
+    # reduce: REDUCE(op in ADD/MAX/MUL, axes); SCATTER writes updates into a copy of its operand
+    REDUCE = enum.auto(); SCATTER = enum.auto()  # noqa: E702
+    # elementwise unary
+    RECIP = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto()  # noqa: E702
+    TRUNC = enum.auto(); CAST = enum.auto(); BITCAST = enum.auto()  # noqa: E702
+    # elementwise binary
+    ADD = enum.auto(); MUL = enum.auto(); DIV = enum.auto(); MAX = enum.auto(); MOD = enum.auto()  # noqa: E702
+    CMPLT = enum.auto(); CMPNE = enum.auto()  # noqa: E702
+    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
+    # elementwise ternary
+    WHERE = enum.auto()
+    # call
+    FUNCTION = enum.auto(); CALL = enum.auto(); TUPLE = enum.auto(); GETTUPLE = enum.auto()  # noqa: E702
+    # markers
+    CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
+    # lowering only: never seen by transforms
+    RANGE = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); ACC = enum.auto()  # noqa: E702
+    ENDRANGE = enum.auto(); SINK = enum.auto()  # noqa: E702
+
+    def __repr__(self) -> str: return f"Ops.{self.name}"
+
+
+class GroupOp:
+    Source = {Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA}
+    Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+    Unary = {Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST}
+    Binary = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.MOD, Ops.CMPLT, Ops.CMPNE,
+                        Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+    Ternary = {Ops.WHERE}
+    ALU = Unary | Binary | Ternary
+    Comparison = {Ops.CMPLT, Ops.CMPNE}
+    Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+    Call = {Ops.FUNCTION, Ops.CALL, Ops.TUPLE, Ops.GETTUPLE}
+    Marker = {Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY}
+    Lowering = {Ops.RANGE, Ops.LOAD, Ops.STORE, Ops.ACC, Ops.ENDRANGE, Ops.SINK}
+    # the frontend primitives: every transform has exactly one rule for each of these
+    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER} | ALU | Call | Marker
+
+
+Shape = tuple[int, ...]
+
+
+def prod(xs) -> int:
+    return math.prod(xs)
+
+
+def _fail(op: Ops, message: str, *srcs: UOp) -> ShapeError:
+    shapes = ", ".join(f"{s.dtype}{list(s.shape) if s.shape is not None else '(tuple)'}" for s in srcs)
+    return ShapeError(at_user_line(f"{op.name}: {message} (operands: {shapes})"))
+
+
+def _const_key(arg: Any) -> Any:
+    # 0.0 == -0.0 and nan != nan in Python: key floats by their bits so hash-consing keeps them apart / together
+    value, shape = arg
+    return (value.hex() if isinstance(value, float) else (type(value), value), shape)
+
+
+class UOp:
+    """An immutable, hash-consed IR node. Build with `UOp(op, dtype, src, arg)`; equal structure gives the same object."""
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "__weakref__", "__dict__")
+    _interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    shape: Shape | None
+
+    def __new__(cls, op: Ops, dtype: DType, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, _const_key(arg) if op is Ops.CONST else arg)
+        if (found := UOp._interned.get(key)) is not None:
+            return found
+        u = object.__new__(cls)
+        u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
+        u.shape = _infer_shape(u)
+        UOp._interned[key] = u
+        return u
+
+    def __reduce__(self):
+        return (UOp, (self.op, self.dtype, self.src, self.arg))
+
+    def __repr__(self) -> str:
+        arg = "" if self.arg is None else f", arg={self.arg!r}"
+        return f"UOp({self.op}, {self.dtype}, shape={self.shape}, nsrc={len(self.src)}{arg})"
+
+    # ---- derived properties ----
+    @property
+    def ndim(self) -> int: return len(self.shape)
+
+    @property
+    def size(self) -> int: return prod(self.shape)
+
+    @cached_property
+    def device(self) -> str | None:
+        if self.op is Ops.PARAM: return self.arg[2]
+        if self.op is Ops.BUFFER: return self.arg[0].device
+        if self.op is Ops.COPY: return self.arg
+        for s in self.src:
+            if s.op is not Ops.TUPLE and (d := s.device) is not None: return d
+        return None
+
+    @cached_property
+    def toposort(self) -> list[UOp]:
+        """Every node reachable from this one, sources before users (iterative: graphs can be deep)."""
+        order: list[UOp] = []
+        seen: set[int] = set()
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, expanded = stack.pop()
+            if expanded:
+                order.append(u)
+                continue
+            if id(u) in seen: continue
+            seen.add(id(u))
+            stack.append((u, True))
+            stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
+        return order
+
+    @cached_property
+    def bounds(self) -> tuple[int | float, int | float]:
+        """An interval that holds every value of this (integer, scalar) node; used to simplify index arithmetic."""
+        return _bounds(self)
+
+    # ---- construction helpers (used by the lowering for scalar index arithmetic) ----
+    @staticmethod
+    def const(dtype: DType, value: Any, shape: Shape = ()) -> UOp:
+        return UOp(Ops.CONST, dtype, (), (scalar_of(value, dtype), tuple(shape)))
+
+    def const_like(self, value: Any) -> UOp:
+        return UOp.const(self.dtype, value, self.shape)
+
+    def alu(self, op: Ops, *others: UOp | int | float) -> UOp:
+        srcs = (self,) + tuple(o if isinstance(o, UOp) else self.const_like(o) for o in others)
+        dtype = dtypes.bool_ if op in GroupOp.Comparison else srcs[-1].dtype if op is Ops.WHERE else self.dtype
+        return UOp(op, dtype, srcs)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def __add__(self, other): return self.alu(Ops.ADD, other)
+    def __radd__(self, other): return self.alu(Ops.ADD, other)
+    def __mul__(self, other): return self.alu(Ops.MUL, other)
+    def __rmul__(self, other): return self.alu(Ops.MUL, other)
+    def __floordiv__(self, other): return self.alu(Ops.DIV, other)
+    def __mod__(self, other): return self.alu(Ops.MOD, other)
+    def __lt__(self, other): return self.alu(Ops.CMPLT, other)
+    def __hash__(self): return id(self)
+    def __eq__(self, other): return self is other
+
+    @property
+    def const_value(self) -> Any:
+        return self.arg[0] if self.op is Ops.CONST else None
+
+
+def scalar_of(value: Any, dtype: DType) -> bool | int | float:
+    """A Python scalar holding `value` as `dtype` holds it (integers wrap as two's complement, like numpy)."""
+    if dtype.is_bool: return bool(value)
+    if dtype.is_float: return float(value)
+    bits, v = 8 * dtype.itemsize, int(value)
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if not dtype.is_unsigned and v >= 1 << (bits - 1) else v
+
+
+def _bounds(u: UOp) -> tuple[int | float, int | float]:
+    lo, hi = (u.dtype.min, u.dtype.max) if not u.dtype.is_bool else (0, 1)
+    if u.op is Ops.CONST: return (u.arg[0], u.arg[0])
+    if u.op is Ops.RANGE: return (0, u.arg[1] - 1)
+    if u.op is Ops.CAST and not u.src[0].dtype.is_float and not u.dtype.is_float and u.dtype.itemsize >= 4:
+        return u.src[0].bounds
+    if len(u.src) == 2 and u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD):
+        (a, b), (c, d) = u.src[0].bounds, u.src[1].bounds
+        if u.op is Ops.ADD: return (a + c, b + d)
+        if u.op is Ops.MAX: return (max(a, c), max(b, d))
+        if u.op is Ops.MUL:
+            corners = [x * y for x in (a, b) for y in (c, d)]
+            return (min(corners), max(corners))
+        if u.op is Ops.DIV and c == d and c > 0 and a >= 0: return (a // c, b // c)
+        if u.op is Ops.MOD and c == d and c > 0 and a >= 0: return (0, min(b, c - 1))
+    if u.op is Ops.WHERE:
+        (a, b), (c, d) = u.src[1].bounds, u.src[2].bounds
+        return (min(a, c), max(b, d))
+    return (lo, hi)
+
+
+# ---- shape inference: one function per op group, each raising ShapeError with the op and shapes ----
+
+def _check_axes(op: Ops, axes: tuple[int, ...], ndim: int, x: UOp) -> None:
+    if any(not 0 <= a < ndim for a in axes) or len(set(axes)) != len(axes):
+        raise _fail(op, f"axes {axes} out of range or repeated for rank {ndim}", x)
+
+
+def _infer_shape(u: UOp) -> Shape | None:
+    op, src, arg = u.op, u.src, u.arg
+    if op in (Ops.CONST, Ops.BUFFER): return tuple(arg[1]) if op is Ops.CONST else tuple(arg[1])
+    if op is Ops.PARAM: return tuple(arg[1])
+    if op is Ops.IOTA:  # arg = (shape, axis): the index along `axis`
+        if not 0 <= arg[1] < len(arg[0]) or not u.dtype.is_int: raise _fail(op, f"bad iota {arg} of {u.dtype}")
+        return tuple(arg[0])
+    if op in GroupOp.Lowering: return ()
+    if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL): return None
+    if op is Ops.GETTUPLE:
+        body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]
+        if not 0 <= arg < len(body.src): raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
+        return body.src[arg].shape
+    x = src[0]
+    if op in GroupOp.Movement: return _movement_shape(op, x, arg)
+    if op is Ops.INDEX:
+        axis, idx = arg, src[1]
+        if not idx.dtype.is_int: raise _fail(op, "indices must be integers", x, idx)
+        _check_axes(op, (axis,), x.ndim, x)
+        if x.shape[axis] == 0 and idx.size: raise _fail(op, f"cannot gather from an empty axis {axis}", x, idx)
+        return x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if op is Ops.SCATTER:
+        (axis, mode), idx, upd = arg, src[1], src[2]
+        _check_axes(op, (axis,), x.ndim, x)
+        if upd.shape != x.shape[:axis] + idx.shape + x.shape[axis + 1:] or not idx.dtype.is_int or upd.dtype != x.dtype:
+            raise _fail(op, f"updates must have shape operand[:{axis}] + indices.shape + operand[{axis}+1:]", x, idx, upd)
+        return x.shape
+    if op is Ops.REDUCE:
+        reduce_op, axes = arg
+        if reduce_op not in (Ops.ADD, Ops.MAX, Ops.MUL): raise _fail(op, f"cannot reduce with {reduce_op}", x)
+        _check_axes(op, axes, x.ndim, x)
+        return tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    if op in GroupOp.ALU: return _alu_shape(u)
+    if op in GroupOp.Marker: return x.shape
+    raise _fail(op, "no shape rule for this op", *src)
+
+
+def _movement_shape(op: Ops, x: UOp, arg: Any) -> Shape:
+    shape = x.shape
+    if op is Ops.RESHAPE:
+        if any(s < 0 for s in arg) or prod(arg) != prod(shape): raise _fail(op, f"cannot reshape to {arg}", x)
+        return tuple(arg)
+    if op is Ops.PERMUTE:
+        if sorted(arg) != list(range(len(shape))): raise _fail(op, f"{arg} is not a permutation of the axes", x)
+        return tuple(shape[i] for i in arg)
+    if op is Ops.EXPAND:
+        if len(arg) != len(shape) or any(s != t and s != 1 for s, t in zip(shape, arg)):
+            raise _fail(op, f"cannot broadcast to {arg}", x)
+        return tuple(arg)
+    if len(arg) != len(shape): raise _fail(op, f"needs one (begin, end) pair per axis, got {arg}", x)
+    if op is Ops.PAD:
+        if any(b < 0 or e < 0 for b, e in arg): raise _fail(op, f"negative padding {arg}", x)
+        return tuple(s + b + e for s, (b, e) in zip(shape, arg))
+    if op is Ops.SHRINK:
+        if any(not 0 <= b <= e <= s for s, (b, e) in zip(shape, arg)): raise _fail(op, f"bounds {arg} out of range", x)
+        return tuple(e - b for b, e in arg)
+    return shape  # FLIP: arg is one bool per axis
+
+
+def _alu_shape(u: UOp) -> Shape:
+    op, src = u.op, u.src
+    if any(s.shape != src[0].shape for s in src):
+        raise _fail(op, "elementwise operands must have equal shapes (broadcast first)", *src)
+    if op is Ops.WHERE:
+        if not src[0].dtype.is_bool or src[1].dtype != src[2].dtype or u.dtype != src[1].dtype:
+            raise _fail(op, "needs a bool condition and two branches of the result's dtype", *src)
+    elif op is Ops.BITCAST:
+        if u.dtype.itemsize != src[0].dtype.itemsize: raise _fail(op, f"cannot bitcast to {u.dtype}", *src)
+    elif op is not Ops.CAST:
+        if any(s.dtype != src[0].dtype for s in src): raise _fail(op, "operands must have the same dtype", *src)
+        want = dtypes.bool_ if op in GroupOp.Comparison else src[0].dtype
+        if u.dtype != want: raise _fail(op, f"result dtype {u.dtype} should be {want}", *src)
+        if op in (Ops.SHL, Ops.SHR) and not src[0].dtype.is_int: raise _fail(op, "shifts need integer operands", *src)
+        if op in (Ops.AND, Ops.OR, Ops.XOR) and src[0].dtype.is_float: raise _fail(op, "needs integer or bool operands", *src)
+        if op in (Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN) and not src[0].dtype.is_float:
+            raise _fail(op, "needs floating-point operands", *src)
+    return src[0].shape

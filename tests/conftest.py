@@ -1,0 +1,22 @@
+"""Test configuration: the `device` fixture runs a test once per backend that works on this machine."""
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from fnx.trace import state
+
+settings.register_profile("fnx", max_examples=int(os.environ.get("FNX_TEST_EXAMPLES", "12")), deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.load_profile("fnx")
+
+DEVICES = [d for d in os.environ.get("FNX_TEST_DEVICES", "interp,cpu").split(",") if d]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """Run the test with `request.param` as the default device."""
+    previous = state.default_device
+    state.default_device = f"{request.param}:0"
+    yield request.param
+    state.default_device = previous

@@ -1,0 +1,167 @@
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fnx.dtypes as fd
+from fnx.dtypes import (DTYPES, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8,
+                        uint16, uint32, uint64)
+
+# JAX "Type promotion semantics" binary promotion table (docs.jax.dev/en/latest/type_promotion.html),
+# with the complex rows/columns (c8, c16, c*) dropped. Rows and columns are in the order of COLS.
+COLS = "b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*".split()
+TABLE = """
+b1  b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*
+u1  u1 u1 u2 u4 u8 i2 i2 i4 i8 bf f2 f4 f8 u1 f*
+u2  u2 u2 u2 u4 u8 i4 i4 i4 i8 bf f2 f4 f8 u2 f*
+u4  u4 u4 u4 u4 u8 i8 i8 i8 i8 bf f2 f4 f8 u4 f*
+u8  u8 u8 u8 u8 u8 f* f* f* f* bf f2 f4 f8 u8 f*
+i1  i1 i2 i4 i8 f* i1 i2 i4 i8 bf f2 f4 f8 i1 f*
+i2  i2 i2 i4 i8 f* i2 i2 i4 i8 bf f2 f4 f8 i2 f*
+i4  i4 i4 i4 i8 f* i4 i4 i4 i8 bf f2 f4 f8 i4 f*
+i8  i8 i8 i8 i8 f* i8 i8 i8 i8 bf f2 f4 f8 i8 f*
+bf  bf bf bf bf bf bf bf bf bf bf f4 f4 f8 bf bf
+f2  f2 f2 f2 f2 f2 f2 f2 f2 f2 f4 f2 f4 f8 f2 f2
+f4  f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f8 f4 f4
+f8  f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8
+i*  i* u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*
+f*  f* f* f* f* f* f* f* f* f* bf f2 f4 f8 f* f*
+"""
+ROWS = {line.split()[0]: dict(zip(COLS, line.split()[1:])) for line in TABLE.strip().splitlines()}
+CONCRETE = {"b1": bool_, "u1": uint8, "u2": uint16, "u4": uint32, "u8": uint64, "i1": int8, "i2": int16,
+            "i4": int32, "i8": int64, "bf": bfloat16, "f2": float16, "f4": float32, "f8": float64}
+OPERAND = {**{c: (d, False) for c, d in CONCRETE.items()}, "i*": 7, "f*": 0.5}  # Python scalars are weak
+PAIRS = [(a, b) for a in COLS for b in COLS]
+
+
+def test_table_is_complete_and_symmetric():
+    assert list(ROWS) == COLS
+    for a, b in PAIRS:
+        assert ROWS[a][b] == ROWS[b][a], (a, b)
+
+
+@pytest.mark.parametrize("a,b", PAIRS)
+def test_result_type_matches_table(a, b):
+    expected = ROWS[a][b]
+    if expected in CONCRETE:
+        want = (CONCRETE[expected], False)
+    elif expected == "i*":
+        want = (int32, True)
+    else:  # f*: fnx's default float, except when strong operands alone demand f* (u64 with a signed int)
+        want = (float64 if a in CONCRETE and b in CONCRETE else float32, True)
+    assert fd.result_type(OPERAND[a], OPERAND[b]) == want
+    assert fd.result_type(OPERAND[b], OPERAND[a]) == want
+
+
+@pytest.mark.parametrize("a,b", [(a, b) for a, b in PAIRS if a in CONCRETE and b in CONCRETE])
+def test_promote_types_matches_table(a, b):
+    expected = ROWS[a][b]
+    want = float64 if expected == "f*" else CONCRETE[expected]
+    assert fd.promote_types(CONCRETE[a], CONCRETE[b]) == want
+    assert fd.promote_types(CONCRETE[a].np, CONCRETE[b].name) == want
+
+
+def test_promote_types_examples():
+    assert fd.promote_types(uint64, int64) == float64
+    assert fd.promote_types(bfloat16, float16) == float32
+    assert fd.promote_types(int8, uint8) == int16
+    assert fd.promote_types(bool_, int8) == int8
+
+
+def test_promotion_is_associative():
+    ops = list(OPERAND.values())
+    for a in ops:
+        for b in ops:
+            for c in ops:
+                # the lattice join is associative; only the width of a weak result may differ
+                (d1, w1), (d2, w2) = fd.result_type(fd.result_type(a, b), c), fd.result_type(a, b, c)
+                assert w1 == w2 and d1.kind == d2.kind and (w1 or d1 == d2)
+
+
+def test_result_type_weak_rules():
+    assert fd.result_type(1) == (int32, True)
+    assert fd.result_type(1.0) == (float32, True)
+    assert fd.result_type(True) == (bool_, False)
+    assert fd.result_type(True, 1) == (int32, True)
+    assert fd.result_type((int16, True), (int8, True)) == (int32, True)  # all-weak stays weak at default width
+    assert fd.result_type((bool_, True)) == (bool_, False)  # a weak bool is just a bool
+    assert fd.result_type((float64, True), 1.0) == (float64, True)  # weak 64-bit values are not narrowed
+    assert fd.result_type((uint64, False), (int8, False), 1) == (float64, True)
+    assert fd.result_type(np.float64(1.0), 1) == (float64, False)
+    assert fd.result_type(np.float16(1.0), 1.0) == (float16, False)
+    assert fd.result_type(int32, float) == (float32, True)
+    assert fd.result_type("uint8", int) == (uint8, False)
+    with pytest.raises(ValueError):
+        fd.result_type()
+
+
+def test_canonicalize_scalar():
+    assert fd.canonicalize_scalar(True) == (bool_, False)
+    assert fd.canonicalize_scalar(3) == (int32, True)
+    assert fd.canonicalize_scalar(2**40) == (int64, True)
+    assert fd.canonicalize_scalar(2.5) == (float32, True)
+    assert fd.canonicalize_scalar(np.float64(1.0)) == (float64, False)
+    assert fd.canonicalize_scalar(np.int8(1)) == (int8, False)
+    assert fd.canonicalize_scalar(ml_dtypes.bfloat16(1)) == (bfloat16, False)
+    with pytest.raises(OverflowError):
+        fd.canonicalize_scalar(2**70)
+    with pytest.raises(TypeError):
+        fd.canonicalize_scalar(1j)
+    with pytest.raises(TypeError):
+        fd.canonicalize_scalar("1")
+
+
+@pytest.mark.parametrize("d", DTYPES, ids=str)
+def test_to_dtype_round_trips(d):
+    assert fd.to_dtype(d) is d
+    assert fd.to_dtype(d.name) is d
+    assert fd.to_dtype(str(d)) is d
+    assert fd.to_dtype(d.np) is d
+    assert fd.to_dtype(d.np.type) is d
+    assert fd.from_numpy(d.np) is d
+    assert fd.to_dtype(np.zeros(2, d.np)) is d
+    assert d.np.itemsize == d.itemsize
+    assert repr(d) == str(d) == d.name
+    assert {d: 1}[fd.DType(d.name, d.itemsize, d.kind)] == 1
+
+
+def test_to_dtype_spellings():
+    assert fd.to_dtype(bool) is bool_ and fd.to_dtype("bool_") is bool_
+    assert fd.to_dtype(int) is int32 and fd.to_dtype(float) is float32
+    assert fd.to_dtype(ml_dtypes.bfloat16) is bfloat16
+    assert fd.to_dtype("f4") is float32 and fd.to_dtype("<i8") is int64 and fd.to_dtype("u1") is uint8
+    assert fd.to_dtype(np.dtype(">f8")) is float64
+    assert fd.from_numpy(np.float64) is float64 and fd.from_numpy("int64") is int64
+
+
+@pytest.mark.parametrize("bad", [complex, np.complex64, "complex128", np.dtype("c8"), None, "nope", object,
+                                 np.dtype("U3"), 3, ml_dtypes.float8_e4m3fn, [float32]])
+def test_to_dtype_rejects(bad):
+    with pytest.raises(TypeError):
+        fd.to_dtype(bad)
+
+
+def test_properties_and_limits():
+    assert [d for d in DTYPES if d.is_float] == [float16, bfloat16, float32, float64]
+    assert [d for d in DTYPES if d.is_int] == [int8, int16, int32, int64, uint8, uint16, uint32, uint64]
+    assert [d for d in DTYPES if d.is_unsigned] == [uint8, uint16, uint32, uint64]
+    assert [d for d in DTYPES if d.is_bool] == [bool_]
+    assert (int8.min, int8.max, uint64.max) == (-128, 127, 2**64 - 1)
+    assert (float16.min, float16.max) == (float("-inf"), float("inf"))
+    assert (bool_.min, bool_.max) == (False, True)
+    assert fd.finfo(bfloat16).eps == 2.0**-7 and fd.finfo("float32").eps == np.finfo(np.float32).eps
+    assert fd.iinfo(uint16).max == 65535
+    with pytest.raises(TypeError):
+        fd.finfo(int32)
+    with pytest.raises(TypeError):
+        fd.iinfo(float32)
+    with pytest.raises(AttributeError):
+        float32.name = "x"  # frozen
+
+
+def test_matches_jax_promote_types():
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    jax.config.update("jax_enable_x64", True)
+    for a in DTYPES:
+        for b in DTYPES:
+            assert fd.from_numpy(jnp.promote_types(a.np, b.np)) == fd.promote_types(a, b), (a, b)
