@@ -1,3 +1,13 @@
 """fnx: composable function transformations (jit, grad, vmap) with its own kernel compiler."""
-from fnx import dtypes, errors, tree_util, lax
+from fnx import dtypes, errors, lax, tree_util
+from fnx import tree_util as tree
+from fnx.devices import default_device, device_count, device_put, devices, local_devices
 from fnx.trace import Array
+from fnx.transforms.jit import jit, make_graph
+
+from fnx import numpy  # noqa: E402  (installs the Array operators)
+
+
+def block_until_ready(x):
+    """Wait for every array in a pytree (dispatch is synchronous today; kept for JAX compatibility)."""
+    return x

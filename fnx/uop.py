@@ -155,7 +155,8 @@ class UOp:
         return UOp.const(self.dtype, value, self.shape)
 
     def alu(self, op: Ops, *others: UOp | int | float) -> UOp:
-        srcs = (self,) + tuple(o if isinstance(o, UOp) else self.const_like(o) for o in others)
+        like = next((o for o in others if isinstance(o, UOp)), self) if op is Ops.WHERE else self
+        srcs = (self,) + tuple(o if isinstance(o, UOp) else like.const_like(o) for o in others)
         dtype = dtypes.bool_ if op in GroupOp.Comparison else srcs[-1].dtype if op is Ops.WHERE else self.dtype
         return UOp(op, dtype, srcs)
 
@@ -203,6 +204,9 @@ def _bounds(u: UOp) -> tuple[int | float, int | float]:
         if u.op is Ops.MOD and c == d and c > 0 and a >= 0: return (0, min(b, c - 1))
     if u.op is Ops.WHERE:
         (a, b), (c, d) = u.src[1].bounds, u.src[2].bounds
+        cond = u.src[0]
+        if cond.op is Ops.CMPLT and cond.src[0] is u.src[1] and cond.src[1].op is Ops.CONST:  # min(x, c - 1)
+            b = min(b, cond.src[1].arg[0] - 1)
         return (min(a, c), max(b, d))
     return (lo, hi)
 

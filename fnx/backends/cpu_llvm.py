@@ -1,0 +1,109 @@
+"""The `cpu` backend: lowered kernels rendered to LLVM IR, compiled by llvmlite for the host CPU, run through
+ctypes on host buffers. A kernel whose outer loop is thread-split runs in chunks on a thread pool (ctypes releases
+the GIL while native code runs)."""
+from __future__ import annotations
+
+import ctypes
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from fnx.backends.device import Backend, Buffer, Executable
+from fnx.backends.llvm_render import render_module
+from fnx.config import config
+from fnx.lower.pipeline import STAGES, Lowering, lower
+from fnx.uop import UOp
+
+_KERNEL_ARGS_MAX = 64
+
+
+class LLVMCompiler:
+    """llvmlite: parse, optimize at O3 with the loop and SLP vectorizers, and JIT for the host CPU."""
+
+    def __init__(self):
+        import llvmlite.binding as llvm
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.llvm = llvm
+        target = llvm.Target.from_default_triple()
+        self.machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                                    features=llvm.get_host_cpu_features().flatten(), opt=3)
+        self.engines = []
+
+    def compile(self, source: str):
+        llvm = self.llvm
+        module = llvm.parse_assembly(source)
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(self.machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        engine = llvm.create_mcjit_compiler(module, self.machine)
+        engine.finalize_object()
+        return engine, module
+
+
+class CPUExecutable(Executable):
+    def __init__(self, fn: UOp, device: str, compiler: LLVMCompiler, pool: ThreadPoolExecutor, threads: int):
+        self.fn, self.device, self.pool, self.threads = fn, device, pool, threads
+        self.lowering: Lowering = lower(fn, threads)
+        self.source = render_module(self.lowering.kernels) if self.lowering.kernels else ""
+        if config.debug >= 3:
+            for stage in STAGES: print(f"--- {stage} ---\n{self.lowering.as_text(stage)}")
+        if config.debug >= 4: print(self.source)
+        self.engine, self.module = compiler.compile(self.source) if self.source else (None, None)
+        self.launches = []
+        for kernel, _ in self.lowering.kernels:
+            nargs = max(len(kernel.args), 1)
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)
+            func = proto(self.engine.get_function_address(kernel.name))
+            outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
+            self.launches.append((kernel, func, outer))
+        self.optimized_ir = None
+
+    def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
+        schedule = self.lowering.schedule
+        buffers: list[Buffer | None] = list(inputs) + [None] * (len(schedule.buffers) - len(inputs))
+        for i, spec in enumerate(schedule.buffers):
+            if buffers[i] is None: buffers[i] = Buffer(self.device, spec.dtype, spec.size)
+        for kernel, func, outer in self.launches:
+            args = [buffers[b].host.ctypes.data for b in kernel.args] or [0]
+            start = time.perf_counter() if config.debug else 0.0
+            if kernel.thread_range >= 0:
+                chunk = -(-outer // self.threads)
+                jobs = [self.pool.submit(func, *args, lo, min(lo + chunk, outer)) for lo in range(0, outer, chunk)]
+                for job in jobs: job.result()
+            else:
+                func(*args, 0, outer)
+            if config.debug:
+                detail = f" {kernel.name} loops={[r.arg[1] for r in kernel.ranges + kernel.reduce_ranges]}" \
+                    if config.debug >= 2 else ""
+                print(f"fnx: kernel{detail} {1e6 * (time.perf_counter() - start):.1f} us")
+        return [buffers[b] for b in schedule.outputs]
+
+    def as_text(self, stage: str | None = None) -> str:
+        if stage in STAGES: return self.lowering.as_text(stage)
+        if stage == "llvm": return self.source
+        if stage == "asm": return self.compiler_asm()
+        return "\n\n".join([f"--- {s} ---\n{self.lowering.as_text(s)}" for s in STAGES] + [f"--- llvm ---\n{self.source}"])
+
+    def compiler_asm(self) -> str:
+        return _compiler().machine.emit_assembly(self.module) if self.module is not None else ""
+
+
+_state: dict = {}
+
+
+def _compiler() -> LLVMCompiler:
+    if "compiler" not in _state: _state["compiler"] = LLVMCompiler()
+    return _state["compiler"]
+
+
+def backend() -> Backend:
+    threads = config.cpu_threads
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fnx-cpu")
+    return Backend("cpu", lambda fn, device: CPUExecutable(fn, device, _compiler(), pool, threads))
+
+
+__all__ = ["backend", "np"]

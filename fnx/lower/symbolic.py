@@ -1,0 +1,166 @@
+"""Algebraic simplification as rewrite rules: constant folding, identities, movement-op merging (on array graphs),
+and integer index arithmetic with value bounds (on kernel graphs)."""
+from __future__ import annotations
+
+import numpy as np
+
+from fnx import dtypes
+from fnx.backends import interp
+from fnx.rewrite import PatternMatcher, UPat, graph_rewrite
+from fnx.uop import GroupOp, Ops, UOp
+
+
+def _fold(u: UOp) -> UOp | None:
+    """Evaluate an ALU node whose sources are all constants (with the interp backend's exact semantics)."""
+    if not all(s.op is Ops.CONST for s in u.src): return None
+    value = interp.evaluate(UOp(u.op, u.dtype, tuple(UOp.const(s.dtype, s.arg[0]) for s in u.src), u.arg),
+                            {UOp.const(s.dtype, s.arg[0]): np.array(s.arg[0], dtype=s.dtype.np) for s in u.src})
+    return UOp.const(u.dtype, np.asarray(value).reshape(()).item(), u.shape)
+
+
+def _const(u: UOp, value) -> UOp:
+    return UOp.const(u.dtype, value, u.shape)
+
+
+def _is_int(u: UOp) -> bool:
+    return not u.dtype.is_float
+
+
+def _reshape_merge(x: UOp, r: UOp) -> UOp | None:
+    return UOp(Ops.RESHAPE, r.dtype, (x.src[0],), r.arg) if x.src[0].shape != r.arg else x.src[0]
+
+
+def _movement_of_const(m: UOp, c: UOp) -> UOp | None:
+    if m.op is Ops.PAD and c.arg[0] != 0: return None
+    return UOp.const(c.dtype, c.arg[0], m.shape)
+
+
+# rules that hold for array graphs and kernel graphs alike
+algebra = PatternMatcher([
+    (UPat(GroupOp.ALU, name="u"), _fold),
+    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(0)), commutative=True), lambda x: x),
+    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(1)), commutative=True), lambda x: x),
+    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(0, "z")), commutative=True),
+     lambda x, z: z if _is_int(x) else None),
+    (UPat(Ops.DIV, src=(UPat.var("x"), UPat.const(1))), lambda x: x if _is_int(x) else None),
+    (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg[0] else b),
+    (UPat(Ops.WHERE, src=(UPat(), UPat.var("a"), UPat.var("b")), predicate=lambda u: u.src[1] is u.src[2]),
+     lambda a, b: a),
+    (UPat(Ops.CAST, name="c", predicate=lambda u: u.dtype == u.src[0].dtype), lambda c: c.src[0]),
+    (UPat(Ops.AND, src=(UPat.var("x"), UPat.const(True)), commutative=True),
+     lambda x: x if x.dtype.is_bool else None),
+])
+
+# rules for array graphs: merge and drop movement ops, fold movement of constants
+movement = PatternMatcher([
+    (UPat(GroupOp.Movement, src=(UPat.cvar("c"),), name="m"), _movement_of_const),
+    (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, name="x"),), name="r"), _reshape_merge),
+    (UPat({Ops.RESHAPE, Ops.EXPAND}, name="r", predicate=lambda u: u.arg == u.src[0].shape), lambda r: r.src[0]),
+    (UPat(Ops.PERMUTE, name="p", predicate=lambda u: u.arg == tuple(range(len(u.arg)))), lambda p: p.src[0]),
+    (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, name="q"),), name="p"),
+     lambda p, q: UOp(Ops.PERMUTE, p.dtype, (q.src[0],), tuple(q.arg[i] for i in p.arg))),
+    (UPat(Ops.EXPAND, src=(UPat(Ops.EXPAND, name="x"),), name="e"), lambda e, x: UOp(Ops.EXPAND, e.dtype, x.src, e.arg)),
+    (UPat({Ops.DETACH, Ops.COPY}, name="d"), lambda d: d.src[0]),
+    (UPat(Ops.FLIP, name="f", predicate=lambda u: not any(u.arg)), lambda f: f.src[0]),
+])
+
+
+def simplify_graph(root: UOp) -> UOp:
+    """Array-level simplification of a graph (a FUNCTION body or any node)."""
+    return graph_rewrite(root, algebra + movement)
+
+
+# ---- index arithmetic on kernel graphs (integers, scalar) ----
+
+def terms(u: UOp) -> tuple[list[tuple[UOp, int]], int]:
+    """Write an integer expression as sum(coef * term) + constant (flattening ADD chains and MUL by constants)."""
+    if u.op is Ops.CONST: return [], u.arg[0]
+    if u.op is Ops.ADD:
+        (a, ca), (b, cb) = terms(u.src[0]), terms(u.src[1])
+        return a + b, ca + cb
+    if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
+        inner, c = terms(u.src[0])
+        k = u.src[1].arg[0]
+        return [(t, coef * k) for t, coef in inner], c * k
+    return [(u, 1)], 0
+
+
+def build(dtype: dtypes.DType, parts: list[tuple[UOp, int]], constant: int) -> UOp:
+    out = None
+    for t, coef in parts:
+        if coef == 0: continue
+        term = t if coef == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, coef)))
+        out = term if out is None else UOp(Ops.ADD, dtype, (out, term))
+    if out is None: return UOp.const(dtype, constant)
+    return out if constant == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, constant)))
+
+
+def _bounds_of(parts: list[tuple[UOp, int]], constant: int) -> tuple[int, int]:
+    lo = hi = constant
+    for t, coef in parts:
+        a, b = t.bounds
+        lo, hi = lo + min(a * coef, b * coef), hi + max(a * coef, b * coef)
+    return lo, hi
+
+
+def _div_mod(x: UOp, d: UOp, mod: bool) -> UOp | None:
+    """(sum c_i t_i + k) // d or % d for a positive constant d and non-negative x."""
+    dv = d.arg[0]
+    if dv <= 0 or x.bounds[0] < 0: return None
+    if dv == 1: return UOp.const(x.dtype, 0) if mod else x
+    parts, constant = terms(x)
+    lo, hi = _bounds_of(parts, constant)
+    if 0 <= lo and hi < dv: return x if mod else UOp.const(x.dtype, 0)
+    whole = [(t, c // dv) for t, c in parts if c % dv == 0]
+    rest = [(t, c) for t, c in parts if c % dv != 0]
+    k_whole, k_rest = divmod(constant, dv)
+    rlo, rhi = _bounds_of(rest, k_rest)
+    if not (0 <= rlo and rhi < dv):
+        if (x.op is Ops.DIV) and not mod and x.src[1].op is Ops.CONST and x.src[0].bounds[0] >= 0:
+            return UOp(Ops.DIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg[0] * dv)))
+        if whole and all(c > 0 for _, c in rest) and rlo >= 0:
+            # split: the divisible part passes through; keep the rest under the op
+            rest_expr = build(x.dtype, rest, k_rest)
+            if mod: return UOp(Ops.MOD, x.dtype, (rest_expr, d)) if rest_expr is not x else None
+            return build(x.dtype, whole + [(UOp(Ops.DIV, x.dtype, (rest_expr, d)), 1)], k_whole)
+        return None
+    if mod: return build(x.dtype, rest, k_rest)
+    return build(x.dtype, whole, k_whole)
+
+
+def _lt_const(x: UOp, c: UOp) -> UOp | None:
+    lo, hi = x.bounds
+    if hi < c.arg[0]: return UOp.const(dtypes.bool_, True)
+    if lo >= c.arg[0]: return UOp.const(dtypes.bool_, False)
+    return None
+
+
+def _canonical_sum(u: UOp) -> UOp | None:
+    """Merge like terms and constants of an ADD chain, so equal indices become the same node."""
+    parts, constant = terms(u)
+    merged: dict[UOp, int] = {}
+    for t, c in parts: merged[t] = merged.get(t, 0) + c
+    out = build(u.dtype, sorted(merged.items(), key=lambda p: _order(p[0])), constant)
+    return out if out is not u else None
+
+
+def _order(u: UOp) -> tuple:
+    return (0, u.arg[0]) if u.op is Ops.RANGE else (1, id(u))
+
+
+_INT = {dtypes.int64, dtypes.int32}
+
+index = PatternMatcher([
+    (UPat(Ops.DIV, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, False)),
+    (UPat(Ops.MOD, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, True)),
+    (UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), _lt_const),
+    (UPat(Ops.ADD, dtype=_INT, name="u", src=(UPat(Ops.ADD), UPat())), _canonical_sum),
+    (UPat(Ops.MAX, dtype=_INT, src=(UPat.var("x"), UPat.cvar("c")), commutative=True),
+     lambda x, c: x if x.bounds[0] >= c.arg[0] else None),
+    (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),
+     lambda x, c, a, b: a if a is x and x.bounds[1] < c.arg[0] else None),
+])
+
+
+def simplify_kernel(root: UOp) -> UOp:
+    return graph_rewrite(root, algebra + index)

@@ -1,0 +1,191 @@
+"""jit: trace once per (input avals, static arguments, device), compile the FUNCTION, and reuse the Executable.
+
+    @fnx.jit
+    def f(x, w): return jnp.tanh(x @ w).sum()
+    f(x, w)                      # traces and compiles on the first call, then only runs
+    f.lower(x, w).as_text()      # the traced graph, the lowered kernels and their LLVM IR
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fnx import tree_util
+from fnx.backends.device import Buffer, Executable
+from fnx.debug.printing import format_function
+from fnx.errors import at_user_line
+from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
+from fnx.uop import Ops, UOp
+
+
+def _as_buffer(x: Any, device: str) -> Buffer:
+    """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values)."""
+    if isinstance(x, Array):
+        if x.uop.op is not Ops.BUFFER:
+            if x.uop.op is Ops.CONST:
+                return Buffer.from_numpy(device, np.full(x.shape, x.uop.arg[0], x.uop.dtype.np))
+            x.uop = realize([x.uop])[0]
+        return x.uop.arg[0]
+    return Buffer.from_numpy(device, np.asarray(x))
+
+
+@dataclass
+class Lowered:
+    """A traced and compiled function for one set of input avals: `.as_text(stage)`, `.compile()`."""
+    traced: Traced
+    executable: Executable
+
+    def as_text(self, stage: str | None = None) -> str:
+        """The traced graph (stage 'graph'), or the executable's text for a lowering stage (None: all of them)."""
+        graph = format_function(self.traced.fn)
+        if stage == "graph": return graph
+        return f"{graph}\n\n{self.executable.as_text(stage)}" if stage is None else self.executable.as_text(stage)
+
+    def compile(self) -> Compiled:
+        return Compiled(self)
+
+
+@dataclass
+class Compiled:
+    lowered: Lowered
+
+    def __call__(self, *args) -> Any:
+        leaves, _ = tree_util.tree_flatten(args)
+        return _run(self.lowered, leaves)
+
+    def as_text(self, stage: str | None = None) -> str:
+        return self.lowered.as_text(stage)
+
+
+def _run(lowered: Lowered, leaves: list) -> Any:
+    device = state.default_device
+    traced = lowered.traced
+    inputs = [_as_buffer(x, device) for x in leaves] + [c.arg[0] for c in traced.consts]
+    outs = lowered.executable(inputs)
+    arrays = [Array(UOp(Ops.BUFFER, u.dtype, (), (buf, u.shape)), weak)
+              for u, buf, weak in zip(traced.body.src, outs, traced.out_weak)]
+    return tree_util.tree_unflatten(traced.out_tree, arrays)
+
+
+class Jitted:
+    """The callable `fnx.jit(f)` returns. Calling it traces and compiles once per input signature."""
+
+    def __init__(self, fun: Callable, static_argnums: Sequence[int], static_argnames: Sequence[str],
+                 donate_argnums: Sequence[int]):
+        self.fun, self.donate_argnums = fun, tuple(donate_argnums)
+        self._signature = _signature_or_none(fun)
+        self.static_argnums = tuple(static_argnums)
+        self.static_argnames = tuple(static_argnames)
+        self._cache: dict[Any, Lowered] = {}
+        functools.update_wrapper(self, fun)
+
+    def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, Any]:
+        """(dynamic args, hashable static key); keyword arguments are bound to positions when possible."""
+        if kwargs and self._signature is not None:
+            bound = self._signature.bind(*args, **kwargs)
+            args, kwargs = tuple(bound.args), dict(bound.kwargs)
+        static = tuple((i, args[i]) for i in self.static_argnums if i < len(args))
+        static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        try:
+            hash(static)
+        except TypeError:
+            raise ValueError(at_user_line(f"jit: static arguments must be hashable, got {static}")) from None
+        return (dynamic, dyn_kwargs), static
+
+    def _lower(self, args: tuple, kwargs: dict) -> tuple[Lowered, list]:
+        (dynamic, dyn_kwargs), static = self._split(args, kwargs)
+        leaves, treedef = tree_util.tree_flatten((dynamic, dyn_kwargs))
+        avals = tuple(abstract_leaf(x) for x in leaves)
+        key = (treedef, avals, static, state.default_device)
+        lowered = self._cache.get(key)
+        if lowered is None:
+            static_pos, static_kw = dict(s for s in static if isinstance(s[0], int)), dict(
+                s for s in static if isinstance(s[0], str))
+
+            def flat_fun(dyn, kw):
+                it = iter(dyn)
+                full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
+                return self.fun(*full, **kw, **static_kw)
+            traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals))
+            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device))
+        return lowered, leaves
+
+    def __call__(self, *args, **kwargs) -> Any:
+        if state.depth:  # inside another trace: inline, as JAX does for nested jit
+            return self.fun(*args, **kwargs)
+        lowered, leaves = self._lower(args, kwargs)
+        return _run(lowered, leaves)
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        return self._lower(args, kwargs)[0]
+
+    def trace_count(self) -> int:
+        """How many distinct signatures were traced (for tests and debugging)."""
+        return len(self._cache)
+
+
+def _signature_or_none(fun: Callable) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fun)
+    except (TypeError, ValueError):
+        return None
+
+
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (), static_argnames: str | Sequence[str] = (),
+        donate_argnums: int | Sequence[int] = (), **unused) -> Any:
+    """Compile `fun` with fnx's kernel compiler; traced once per input shapes/dtypes and static arguments.
+
+    Args:
+      fun: a function of arrays (pytrees of arrays) returning arrays.
+      static_argnums / static_argnames: arguments treated as compile-time constants (must be hashable);
+        a new value retraces.
+      donate_argnums: accepted for JAX compatibility (buffers are not reused yet).
+
+    Returns:
+      A callable with `.lower(*args)` giving the traced and compiled form (`.as_text()`, `.compile()`).
+
+    Example:
+      >>> f = fnx.jit(lambda x: x * 2 + 1)
+      >>> f(jnp.arange(3))
+      Array([1, 3, 5], dtype=int32)
+    """
+    as_tuple = lambda v: (v,) if isinstance(v, (int, str)) else tuple(v)  # noqa: E731
+    if fun is None:
+        return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
+                             donate_argnums=donate_argnums)
+    return Jitted(fun, as_tuple(static_argnums), as_tuple(static_argnames), as_tuple(donate_argnums))
+
+
+def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
+    """`make_graph(f)(*args)` returns the traced FUNCTION of f (printable), like jax.make_jaxpr."""
+    jitted = jit(fun, static_argnums=static_argnums)
+
+    def graph(*args, **kwargs) -> Graph:
+        (dynamic, dyn_kwargs), static = jitted._split(args, kwargs)
+        static_pos = dict(static)
+        def flat_fun(dyn, kw):
+            it = iter(dyn)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
+            return fun(*full, **kw)
+        return Graph(trace(flat_fun, (dynamic, dyn_kwargs)))
+    return graph
+
+
+@dataclass
+class Graph:
+    traced: Traced
+
+    @property
+    def fn(self) -> UOp:
+        return self.traced.fn
+
+    def __str__(self) -> str:
+        return format_function(self.traced.fn)
+
+    __repr__ = __str__
