@@ -93,8 +93,8 @@ def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     if op is Ops.ADD: return np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
     if op is Ops.MUL: return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
     if x.size == 0:
-        info = np.finfo(x.dtype) if x.dtype.kind == "f" else None
-        fill = -np.inf if info is not None else (False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
+        dtype = dtypes.from_numpy(x.dtype)
+        fill = -np.inf if dtype.is_float else dtype.min
         return np.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), fill, x.dtype)
     return np.max(x, axis=axes, keepdims=True)
 

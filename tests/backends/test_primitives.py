@@ -1,0 +1,202 @@
+"""Every primitive, on every dtype it accepts, on every backend: compiled results equal the interp oracle,
+and the interp oracle equals plain numpy where numpy defines the operation."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from fnx import dtypes, lax
+from fnx.backends import interp
+from fnx.backends.device import Buffer
+from fnx.trace import compile_function
+from fnx.uop import GroupOp, Ops, UOp
+
+ALL = dtypes.DTYPES
+FLOATS = [d for d in ALL if d.is_float]
+INTS = [d for d in ALL if d.is_int]
+
+
+def random_values(rng: np.random.Generator, dtype, shape) -> np.ndarray:
+    if dtype.is_bool: return rng.random(shape) < 0.5
+    if dtype.is_float:
+        v = rng.standard_normal(shape) * 4
+        return v.astype(dtype.np)
+    info = np.iinfo(dtype.np)
+    edge = np.array([info.min, info.max, 0, 1, -1 if info.min < 0 else 2], dtype=object).astype(dtype.np)
+    v = rng.integers(max(info.min, -1000), min(info.max, 1000), size=shape, endpoint=True).astype(dtype.np)
+    flat = v.reshape(-1)
+    if flat.size >= 8: flat[:5] = edge
+    return v
+
+
+def run_on(device: str, fn: UOp, args: list[np.ndarray]) -> list[np.ndarray]:
+    exe = compile_function(fn, f"{device}:0")
+    outs = exe([Buffer.from_numpy(f"{device}:0", a) for a in args])
+    return [b.numpy(u.shape) for b, u in zip(outs, fn.src[0].src)]
+
+
+def function_of(build, avals) -> UOp:
+    params = [UOp(Ops.PARAM, d, (), (i, s, None)) for i, (s, d) in enumerate(avals)]
+    out = build(*params)
+    return UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (out,)), *params))
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, dtype) -> None:
+    if dtype.is_float:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        tol = {2: 1e-2, 4: 2e-6, 8: 1e-13}[dtype.itemsize]
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+UNARY_FLOAT = [Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC]
+BINARY = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD, Ops.CMPLT, Ops.CMPNE]
+BITWISE = [Ops.AND, Ops.OR, Ops.XOR]
+SHIFTS = [Ops.SHL, Ops.SHR]
+
+
+def _cases():
+    for op in UNARY_FLOAT:
+        for d in FLOATS: yield op, d
+    for op in BINARY:
+        for d in ALL:
+            if op in (Ops.DIV, Ops.MOD) and d.is_bool: continue
+            yield op, d
+    for op in BITWISE:
+        for d in INTS + [dtypes.bool_]: yield op, d
+    for op in SHIFTS:
+        for d in INTS: yield op, d
+
+
+@pytest.mark.parametrize("op,dtype", list(_cases()), ids=lambda v: getattr(v, "name", str(v)))
+def test_alu_matches_oracle(op, dtype):
+    rng = np.random.default_rng(hash((op.name, dtype.name)) % 2**32)
+    shape = (3, 17)
+    nsrc = 1 if op in GroupOp.Unary else 2
+    args = [random_values(rng, dtype, shape) for _ in range(nsrc)]
+    if op in SHIFTS: args[1] = rng.integers(-2, 8 * dtype.itemsize + 2, size=shape).astype(dtype.np)
+    if op is Ops.LOG2 or op is Ops.SQRT: args[0] = np.abs(args[0])
+    out_dtype = dtypes.bool_ if op in GroupOp.Comparison else dtype
+    fn = function_of(lambda *p: UOp(op, out_dtype, p), [(shape, dtype)] * nsrc)
+    want = interp.run(fn, args)[0]
+    got = run_on("cpu", fn, args)[0]
+    assert_same(got, want, out_dtype)
+
+
+@pytest.mark.parametrize("src", ALL, ids=lambda d: d.name)
+@pytest.mark.parametrize("dst", ALL, ids=lambda d: d.name)
+def test_cast_matches_oracle(src, dst):
+    rng = np.random.default_rng(7)
+    x = random_values(rng, src, (5, 9))
+    if src.is_float and dst.is_int:  # in range: out-of-range float->int casts are implementation-defined in numpy
+        info = np.iinfo(dst.np)
+        x = np.clip(x.astype(np.float64), max(info.min, -1e6), min(info.max, 1e6)).astype(src.np)
+    fn = function_of(lambda p: UOp(Ops.CAST, dst, (p,)), [((5, 9), src)])
+    want = interp.run(fn, [x])[0]
+    assert_same(run_on("cpu", fn, [x])[0], want, dst)
+    if not (src.is_float and dst.is_int and dst.is_unsigned):
+        assert_same(want, x.astype(dst.np) if not dst.is_bool else x != 0, dst)
+
+
+@pytest.mark.parametrize("pair", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
+                                  (dtypes.float16, dtypes.int16), (dtypes.bfloat16, dtypes.uint16),
+                                  (dtypes.float64, dtypes.uint64), (dtypes.uint8, dtypes.int8)])
+def test_bitcast(pair):
+    src, dst = pair
+    x = random_values(np.random.default_rng(1), src, (4, 4))
+    fn = function_of(lambda p: UOp(Ops.BITCAST, dst, (p,)), [((4, 4), src)])
+    got = run_on("cpu", fn, [x])[0]
+    assert_same(got, x.view(dst.np), dst)
+
+
+def test_where_all_dtypes():
+    rng = np.random.default_rng(3)
+    for d in ALL:
+        c, a, b = rng.random((6, 6)) < 0.5, random_values(rng, d, (6, 6)), random_values(rng, d, (6, 6))
+        fn = function_of(lambda p, q, r: UOp(Ops.WHERE, d, (p, q, r)), [((6, 6), dtypes.bool_), ((6, 6), d), ((6, 6), d)])
+        assert_same(run_on("cpu", fn, [c, a, b])[0], np.where(c, a, b), d)
+
+
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8, dtypes.bool_,
+                                   dtypes.bfloat16, dtypes.int64], ids=lambda d: d.name)
+@given(shape=st.lists(st.integers(0, 5), min_size=1, max_size=3), data=st.data())
+def test_reduce(op, dtype, shape, data):
+    shape = tuple(shape)
+    axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    x = random_values(np.random.default_rng(0), dtype, shape)
+    if op is Ops.MUL and dtype.is_float: x = (np.sign(x) * 0.9 + x * 0.01).astype(dtype.np)
+    fn = function_of(lambda p: UOp(Ops.REDUCE, dtype, (p,), (op, axes)), [(shape, dtype)])
+    want = interp.run(fn, [x])[0]
+    ref = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}[op]
+    if x.size or op is not Ops.MAX:
+        assert_same(want, ref(x, axis=axes, keepdims=True).astype(dtype.np), dtype)
+    assert_same(run_on("cpu", fn, [x])[0], want, dtype)
+
+
+@given(data=st.data())
+def test_movement_chains(data):
+    """Random chains of movement ops on an input equal numpy's, on every backend (they become index arithmetic)."""
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    u = UOp(Ops.PARAM, dtypes.int32, (), (0, shape, None))
+    ref = x
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["reshape", "permute", "expand", "pad", "shrink", "flip"]))
+        s = ref.shape
+        if kind == "reshape":
+            new = (int(np.prod(s)),) if len(s) > 1 else (1,) + s
+            ref, u = ref.reshape(new), UOp(Ops.RESHAPE, u.dtype, (u,), new)
+        elif kind == "permute":
+            perm = tuple(data.draw(st.permutations(range(len(s)))))
+            ref, u = ref.transpose(perm), UOp(Ops.PERMUTE, u.dtype, (u,), perm)
+        elif kind == "expand":
+            new = tuple(3 if d == 1 else d for d in s)
+            ref, u = np.broadcast_to(ref, new), UOp(Ops.EXPAND, u.dtype, (u,), new)
+        elif kind == "pad":
+            pads = tuple((data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))) for _ in s)
+            ref, u = np.pad(ref, pads), UOp(Ops.PAD, u.dtype, (u,), pads)
+        elif kind == "shrink":
+            bounds = tuple((b, data.draw(st.integers(b, d))) for d in s for b in [data.draw(st.integers(0, d))])
+            ref, u = ref[tuple(slice(b, e) for b, e in bounds)], UOp(Ops.SHRINK, u.dtype, (u,), bounds)
+        else:
+            flags = tuple(data.draw(st.booleans()) for _ in s)
+            ref = np.flip(ref, tuple(i for i, f in enumerate(flags) if f))
+            u = UOp(Ops.FLIP, u.dtype, (u,), flags)
+    u = UOp(Ops.ADD, u.dtype, (u, UOp.const(u.dtype, 1, u.shape)))
+    fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (u,)), UOp(Ops.PARAM, dtypes.int32, (), (0, shape, None))))
+    np.testing.assert_array_equal(run_on("cpu", fn, [x])[0], ref + 1)
+    np.testing.assert_array_equal(interp.run(fn, [x])[0], ref + 1)
+
+
+@pytest.mark.parametrize("mode", ["set", "add", "mul", "min", "max"])
+def test_gather_scatter(mode):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    idx = np.array([[0, 5, 9], [-1, 2, 2]], dtype=np.int32)
+    upd = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    fn = function_of(lambda a, i, v: UOp(Ops.SCATTER, dtypes.float32, (a, i, v), (1, mode)),
+                     [((4, 6), dtypes.float32), ((2, 3), dtypes.int32), ((4, 2, 3), dtypes.float32)])
+    want = interp.run(fn, [x, idx, upd])[0]
+    np.testing.assert_allclose(run_on("cpu", fn, [x, idx, upd])[0], want, rtol=1e-6)
+    ref = x.copy()
+    ufunc = {"set": None, "add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[mode]
+    for j, t in enumerate(idx.reshape(-1)):
+        if 0 <= t < 6:
+            ref[:, t] = upd.reshape(4, 6)[:, j] if ufunc is None else ufunc(ref[:, t], upd.reshape(4, 6)[:, j])
+    np.testing.assert_allclose(want, ref, rtol=1e-6)
+    g = function_of(lambda a, i: UOp(Ops.INDEX, dtypes.float32, (a, i), 1), [((4, 6), dtypes.float32), ((2, 3), dtypes.int32)])
+    np.testing.assert_array_equal(run_on("cpu", g, [x, idx])[0], np.take(x, np.clip(idx, 0, 5), axis=1))
+
+
+def test_iota_and_constants():
+    fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (
+        UOp(Ops.IOTA, dtypes.int32, (), ((3, 4), 1)), UOp.const(dtypes.float16, 1.5, (2, 2)))),))
+    iota, const = run_on("cpu", fn, [])
+    np.testing.assert_array_equal(iota, np.broadcast_to(np.arange(4, dtype=np.int32), (3, 4)))
+    np.testing.assert_array_equal(const, np.full((2, 2), 1.5, np.float16))
+
+
+def test_lax_primitives_run_eagerly(device):
+    x = lax.to_array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    np.testing.assert_allclose(np.asarray(lax.reduce_sum(lax.mul(x, 2.0), (1,))), (np.arange(12).reshape(3, 4) * 2).sum(1))
