@@ -250,16 +250,16 @@ def trace(f: Callable, args: tuple, device: str | None = None, avals: list | Non
     out_leaves, out_tree = tree_util.tree_flatten(out)
     with building(tracing=True):
         out_arrays = [asarray(o) for o in out_leaves]
-    fn, consts = _hoist_constants([a.uop for a in out_arrays], len(params))
+    fn, consts = _hoist_constants([a.uop for a in out_arrays], [p.uop for p in params])
     return Traced(fn, in_tree, out_tree, consts, [a.weak_type for a in out_arrays])
 
 
-def _hoist_constants(outs: list[UOp], nargs: int) -> tuple[UOp, list[UOp]]:
-    """FUNCTION(TUPLE(outs)) with closed-over BUFFERs replaced by PARAMs numbered after the arguments."""
+def _hoist_constants(outs: list[UOp], params: list[UOp]) -> tuple[UOp, list[UOp]]:
+    """FUNCTION(TUPLE(outs), params..., consts...) with closed-over BUFFERs replaced by PARAMs numbered after the
+    arguments' PARAMs."""
     from fnx.rewrite import substitute
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     consts = [u for u in body.toposort if u.op is Ops.BUFFER]
-    mapping = {b: UOp(Ops.PARAM, b.dtype, (), (nargs + i, b.shape, b.device)) for i, b in enumerate(consts)}
+    mapping = {b: UOp(Ops.PARAM, b.dtype, (), (len(params) + i, b.shape, b.device)) for i, b in enumerate(consts)}
     if mapping: body = substitute(body, mapping)
-    params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
-    return UOp(Ops.FUNCTION, dtypes.bool_, (body, *params)), consts
+    return UOp(Ops.FUNCTION, dtypes.bool_, (body, *params, *mapping.values())), consts

@@ -272,7 +272,7 @@ def rangeify(fn: UOp) -> Schedule:
     """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring."""
     body = fn.src[0]
     params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
-    nparams = max((p.arg[0] for p in params), default=-1) + 1
+    nparams = max(len(fn.src) - 1, max((p.arg[0] for p in params), default=-1) + 1)
     buffers = [BufferSpec(dtypes.bool_, 0, "input", i) for i in range(nparams)]
     schedule = Schedule([], buffers, [])
     for p in params:

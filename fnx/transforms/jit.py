@@ -22,15 +22,16 @@ from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, s
 from fnx.uop import Ops, UOp
 
 
-def _as_buffer(x: Any, device: str) -> Buffer:
-    """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values)."""
+def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
+    """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values as the PARAM's
+    dtype: Python scalars are weakly typed)."""
     if isinstance(x, Array):
         if x.uop.op is not Ops.BUFFER:
             if x.uop.op is Ops.CONST:
                 return Buffer.from_numpy(device, np.full(x.shape, x.uop.arg[0], x.uop.dtype.np))
             x.uop = realize([x.uop])[0]
         return x.uop.arg[0]
-    return Buffer.from_numpy(device, np.asarray(x))
+    return Buffer.from_numpy(device, np.asarray(x, dtype=param.dtype.np))
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Compiled:
 def _run(lowered: Lowered, leaves: list) -> Any:
     device = state.default_device
     traced = lowered.traced
-    inputs = [_as_buffer(x, device) for x in leaves] + [c.arg[0] for c in traced.consts]
+    inputs = [_as_buffer(x, device, p) for x, p in zip(leaves, traced.fn.src[1:])] + [c.arg[0] for c in traced.consts]
     outs = lowered.executable(inputs)
     arrays = [Array(UOp(Ops.BUFFER, u.dtype, (), (buf, u.shape)), weak)
               for u, buf, weak in zip(traced.body.src, outs, traced.out_weak)]
