@@ -427,3 +427,147 @@ def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
     dimension = _axes(dimension, len(shape), "broadcasted_iota")[0]
     index = UOp(Ops.IOTA, dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64, (), (shape, dimension))
     return convert_element_type(Array(index), dt)
+
+
+# ---- compositions used by fnx.numpy ----
+
+@eager_op
+def neg(x) -> Array:
+    """-x; unsigned integers wrap like numpy (multiplying by the all-ones value, which is -1 modulo 2**bits)."""
+    a = to_array(x)
+    if a.uop.dtype.is_bool:
+        raise TypeError(at_user_line(f"neg: cannot negate a bool array of shape {a.shape}; use logical_not"))
+    return Array(mul(a, full(a.shape, -1, a.uop.dtype)).uop, a.weak_type)
+
+
+@eager_op
+def sub(x, y) -> Array:
+    """x - y, as x + (-y) (exact for floats; wraps for integers)."""
+    a, b, weak = _binary_operands(x, y, "sub")
+    _same_shapes("sub", a, b)
+    return Array(add(a, neg(b)).uop, weak)
+
+
+@eager_op
+def integer_pow(x, y: int) -> Array:
+    """x ** y for a static Python int y, by repeated squaring (y < 0 takes the reciprocal; floats only)."""
+    a, y = to_array(x), int(y)
+    if y < 0 and not a.uop.dtype.is_float:
+        raise ValueError(at_user_line(f"integer_pow: integers to negative powers ({a.uop.dtype}{list(a.shape)} "
+                                      f"** {y}) are not allowed"))
+    result, base, n = None, a, builtins.abs(y)
+    while n:
+        if n & 1: result = base if result is None else mul(result, base)
+        n >>= 1
+        if n: base = mul(base, base)
+    result = full(a.shape, 1, a.uop.dtype) if result is None else result
+    return Array((recip(result) if y < 0 else result).uop, a.weak_type)
+
+
+@eager_op
+def concatenate(operands: Sequence[Any], dimension: int) -> Array:
+    """Join arrays of equal dtype and rank along `dimension`, as a balanced tree of pad + select (no scatter)."""
+    arrs = [to_array(o) for o in operands]
+    if not arrs: raise ValueError(at_user_line("concatenate: needs at least one operand"))
+    first = arrs[0]
+    dim = _axes(dimension, first.ndim, "concatenate")[0] if first.ndim else None
+    other = lambda a: a.shape[:dim] + a.shape[dim + 1:]  # noqa: E731
+    if dim is None or any(a.ndim != first.ndim or a.uop.dtype != first.uop.dtype or other(a) != other(first)
+                          for a in arrs):
+        shapes = ", ".join(f"{a.uop.dtype}{list(a.shape)}" for a in arrs)
+        raise ShapeError(at_user_line(f"concatenate: operands must have one dtype, one rank >= 1 and equal sizes "
+                                      f"off axis {dimension}, got {shapes}"))
+    return _concat_tree(arrs, dim)
+
+
+def _concat_tree(arrs: list[Array], dim: int) -> Array:
+    if len(arrs) == 1: return arrs[0]
+    left, right = _concat_tree(arrs[:len(arrs) // 2], dim), _concat_tree(arrs[len(arrs) // 2:], dim)
+    n_left, n_right = left.shape[dim], right.shape[dim]
+    if n_left == 0 or n_right == 0: return right if n_left == 0 else left
+    cfg_left, cfg_right = [(0, 0, 0)] * left.ndim, [(0, 0, 0)] * left.ndim
+    cfg_left[dim], cfg_right[dim] = (0, n_right, 0), (n_left, 0, 0)
+    in_right = pad(full(right.shape, True, dtypes.bool_), False, cfg_right)
+    return select(in_right, pad(right, 0, cfg_right), pad(left, 0, cfg_left))
+
+
+def _cumulative(combine, identity, name: str):
+    def fn(operand, axis: int = 0, reverse: bool = False) -> Array:
+        a = to_array(operand)
+        axis = _axes(axis, a.ndim, name)[0]
+        out = rev(a, (axis,)) if reverse else a
+        shift, n = 1, a.shape[axis]
+        while shift < n:  # log-step (Hillis-Steele) scan: O(n log n) work, log n steps
+            cfg = [(0, 0, 0)] * a.ndim
+            cfg[axis] = (shift, -shift, 0)
+            out = combine(out, pad(out, identity, cfg))
+            shift *= 2
+        return rev(out, (axis,)) if reverse else out
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Inclusive running {name[3:]} along `axis` (jax.lax.{name})."
+    return eager_op(fn)
+
+
+cumsum = _cumulative(add, 0, "cumsum")
+cumprod = _cumulative(mul, 1, "cumprod")
+
+
+@eager_op
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None) -> Array:
+    """Contract `lhs` and `rhs` (jax.lax.dot_general): dimension_numbers = ((lhs_contract, rhs_contract),
+    (lhs_batch, rhs_batch)). The result has the batch axes, then lhs's free axes, then rhs's free axes.
+    Built as broadcast multiply + sum; float16/bfloat16 accumulate in float32."""
+    a, b = to_array(lhs), to_array(rhs)
+    dtype, weak = dtypes.result_type((a.uop.dtype, a.weak_type), (b.uop.dtype, b.weak_type))
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc = _axes(lc, a.ndim, "dot_general"), _axes(rc, b.ndim, "dot_general")
+    lb, rb = _axes(lb, a.ndim, "dot_general"), _axes(rb, b.ndim, "dot_general")
+    sizes = lambda x, axes: [x.shape[i] for i in axes]  # noqa: E731
+    if len(lc) != len(rc) or len(lb) != len(rb) or sizes(a, lc) != sizes(b, rc) or sizes(a, lb) != sizes(b, rb) \
+            or set(lc) & set(lb) or set(rc) & set(rb):
+        raise ShapeError(at_user_line(f"dot_general: cannot contract {a.uop.dtype}{list(a.shape)} with "
+                                      f"{b.uop.dtype}{list(b.shape)} using dimension_numbers {dimension_numbers}"))
+    lf = tuple(i for i in range(a.ndim) if i not in lc and i not in lb)
+    rf = tuple(i for i in range(b.ndim) if i not in rc and i not in rb)
+    out_dtype = dtypes.to_dtype(preferred_element_type) if preferred_element_type is not None else dtype
+    acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
+    a, b = convert_element_type(a, acc), convert_element_type(b, acc)
+    batch, cont = sizes(a, lb), sizes(a, lc)
+    a = reshape(transpose(a, lb + lf + lc), batch + sizes(a, lf) + [1] * len(rf) + cont)
+    b = reshape(transpose(b, rb + rf + rc), batch + [1] * len(lf) + sizes(b, rf) + cont)
+    shape = tuple(builtins.max(s, t) for s, t in zip(a.shape, b.shape))
+    out = mul(expand(a, shape), expand(b, shape))
+    nfree = len(batch) + len(lf) + len(rf)
+    out = reduce_sum(out, tuple(range(nfree, len(shape)))) if cont else out
+    return Array(convert_element_type(out, out_dtype).uop, weak and preferred_element_type is None)
+
+
+def _order_reversed(a: Array) -> Array:
+    """A monotonically decreasing map of `a` (negation for floats, bitwise not for integers and bools)."""
+    if a.uop.dtype.is_float: return neg(a)
+    return bitwise_xor(a, full(a.shape, -1 if a.uop.dtype.is_int else True, a.uop.dtype))
+
+
+def _arg_extreme(name: str, take_max: bool):
+    def fn(operand, axis: int, index_dtype=dtypes.int32) -> Array:
+        a = to_array(operand)
+        axis = _axes(axis, a.ndim, name)[0]
+        n = a.shape[axis]
+        if n == 0:
+            raise ValueError(at_user_line(f"{name}: attempt to get {name} of an empty sequence "
+                                          f"(shape {a.shape}, axis {axis})"))
+        key = a if take_max else _order_reversed(a)
+        best = expand(reduce_max(key, (axis,), keepdims=True), key.shape)
+        hit = bitwise_xor(ne(key, best), True)
+        if key.uop.dtype.is_float:  # NaN wins, as in numpy: the reduced max is NaN and the NaNs are the hits
+            hit = bitwise_or(hit, bitwise_and(ne(key, key), ne(best, best)))
+        reversed_index = sub(full(a.shape, n - 1, index_dtype), broadcasted_iota(index_dtype, a.shape, axis))
+        first = reduce_max(select(hit, reversed_index, full(a.shape, -1, index_dtype)), (axis,))
+        return sub(full(first.shape, n - 1, index_dtype), first)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Index of the first {'largest' if take_max else 'smallest'} element along `axis` (NaN wins)."
+    return eager_op(fn)
+
+
+argmax = _arg_extreme("argmax", True)
+argmin = _arg_extreme("argmin", False)

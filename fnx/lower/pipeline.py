@@ -13,10 +13,12 @@ from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.optimize import optimize
 from fnx.lower.rangeify import Kernel, Schedule, rangeify
 from fnx.lower.symbolic import simplify_graph
-from fnx.rewrite import substitute
+from fnx.lower.transcendental import transcendental
+from fnx.rewrite import graph_rewrite, substitute
 from fnx.uop import Ops, UOp
 
 STAGES = ("callify", "rangeify", "optimize", "linearize")
+
 
 
 def callify(fn: UOp) -> UOp:
@@ -57,6 +59,7 @@ def lower(fn: UOp, threads: int) -> Lowering:
     kernels = []
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{kernel.name}"
+        kernel.sink = graph_rewrite(kernel.sink, transcendental)
         kernel = optimize(kernel, threads)
         kernels.append((kernel, linearize(kernel)))
     return Lowering(fn, schedule, kernels)

@@ -200,3 +200,22 @@ def test_iota_and_constants():
 def test_lax_primitives_run_eagerly(device):
     x = lax.to_array(np.arange(12, dtype=np.float32).reshape(3, 4))
     np.testing.assert_allclose(np.asarray(lax.reduce_sum(lax.mul(x, 2.0), (1,))), (np.arange(12).reshape(3, 4) * 2).sum(1))
+
+
+@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.RECIP])
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_transcendental_special_values(op, dtype):
+    """Compiled transcendentals (polynomials after instruction selection) keep numpy's special values and
+    accuracy across the whole range: 0, subnormals, huge, inf, nan, negative."""
+    info = np.finfo(dtype.np)
+    special = [0.0, -0.0, 1.0, 2.0, 0.5, -1.0, np.inf, -np.inf, np.nan, info.tiny, info.tiny / 8, info.max,
+               -info.max, 127.9, 128.0, 150.0, -149.5, -160.0, 1023.5, -1074.0, 1e-30, 3e30]
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.array(special), rng.uniform(-300, 300, 200), np.exp(rng.uniform(-80, 80, 200))]).astype(dtype.np)
+    if op is Ops.SIN: x = x[np.abs(x) < 1e4]
+    fn = function_of(lambda p: UOp(op, dtype, (p,)), [(x.shape, dtype)])
+    got = run_on("cpu", fn, [x])[0].astype(np.float64)
+    want = interp.run(fn, [x])[0].astype(np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    tol = 4 * float(info.eps)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=float(info.tiny) * 4, equal_nan=True)
