@@ -112,10 +112,11 @@ class Array:
         return int(self._scalar_value("index"))
 
     def _scalar_value(self, what: str) -> Any:
+        value = self._value()  # under jit this raises ConcretizationError first, whatever the shape
         if self.size != 1:
             raise TypeError(at_user_line(f"{what}() of an array of shape {self.shape} is ambiguous; "
-                                         "it needs exactly one element"))
-        return self._value().reshape(())[()]
+                                         "it needs exactly one element (use .any() or .all())"))
+        return value.reshape(())[()]
 
     def __len__(self) -> int:
         if not self.shape: raise TypeError("len() of unsized object (a 0-d array)")

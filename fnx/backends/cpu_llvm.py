@@ -7,15 +7,11 @@ import ctypes
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from fnx.backends.device import Backend, Buffer, Executable
 from fnx.backends.llvm_render import render_module
 from fnx.config import config
 from fnx.lower.pipeline import STAGES, Lowering, lower
 from fnx.uop import UOp
-
-_KERNEL_ARGS_MAX = 64
 
 
 class LLVMCompiler:
@@ -68,7 +64,7 @@ class CPUExecutable(Executable):
         for i, spec in enumerate(schedule.buffers):
             if buffers[i] is None: buffers[i] = Buffer(self.device, spec.dtype, spec.size)
         for kernel, func, outer in self.launches:
-            args = [buffers[b].host.ctypes.data for b in kernel.args] or [0]
+            args = [buffers[b].ptr for b in kernel.args] or [0]
             start = time.perf_counter() if config.debug else 0.0
             if kernel.thread_range >= 0:
                 chunk = -(-outer // self.threads)
@@ -105,5 +101,3 @@ def backend() -> Backend:
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fnx-cpu")
     return Backend("cpu", lambda fn, device: CPUExecutable(fn, device, _compiler(), pool, threads))
 
-
-__all__ = ["backend", "np"]

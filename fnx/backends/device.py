@@ -17,11 +17,12 @@ from fnx.uop import UOp
 
 class Buffer:
     """A flat device allocation of `size` elements of `dtype`. CPU-like devices keep it as a numpy array."""
-    __slots__ = ("device", "dtype", "size", "host", "__weakref__")
+    __slots__ = ("device", "dtype", "size", "host", "ptr", "__weakref__")
 
     def __init__(self, device: str, dtype: DType, size: int, host: np.ndarray | None = None):
         self.device, self.dtype, self.size = device, dtype, size
         self.host = np.empty(size, dtype=dtype.np) if host is None else host
+        self.ptr: int = self.host.ctypes.data  # the address kernels receive
 
     @staticmethod
     def from_numpy(device: str, array: np.ndarray) -> Buffer:

@@ -26,10 +26,12 @@ def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
     """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values as the PARAM's
     dtype: Python scalars are weakly typed)."""
     if isinstance(x, Array):
-        if x.uop.op is not Ops.BUFFER:
+        if x.uop.op is not Ops.BUFFER:  # constants and pending work get a buffer once, kept by the Array
             if x.uop.op is Ops.CONST:
-                return Buffer.from_numpy(device, np.full(x.shape, x.uop.arg[0], x.uop.dtype.np))
-            x.uop = realize([x.uop])[0]
+                buf = Buffer.from_numpy(device, np.full(x.shape, x.uop.arg[0], x.uop.dtype.np))
+                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (buf, x.shape))
+            else:
+                x.uop = realize([x.uop])[0]
         return x.uop.arg[0]
     return Buffer.from_numpy(device, np.asarray(x, dtype=param.dtype.np))
 
@@ -82,6 +84,7 @@ class Jitted:
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
         self._cache: dict[Any, Lowered] = {}
+        self._fast: dict[Any, Lowered] = {}
         functools.update_wrapper(self, fun)
 
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, Any]:
@@ -120,6 +123,12 @@ class Jitted:
     def __call__(self, *args, **kwargs) -> Any:
         if state.depth:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
+        if not kwargs and not self.static_argnums and all(type(a) is Array for a in args):
+            # the common case, kept lean: flat positional arrays need no tree flattening
+            key = (tuple((a.uop.shape, a.uop.dtype, a.weak_type) for a in args), state.default_device)
+            lowered = self._fast.get(key)
+            if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
+            return _run(lowered, args)
         lowered, leaves = self._lower(args, kwargs)
         return _run(lowered, leaves)
 
