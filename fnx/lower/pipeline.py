@@ -60,8 +60,7 @@ def lower(fn: UOp, threads: int) -> Lowering:
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{kernel.name}"
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
-        kernel = optimize(kernel, threads)
-        kernels.append((kernel, linearize(kernel)))
+        kernels.extend((k, linearize(k)) for k in optimize(kernel, threads))
     return Lowering(fn, schedule, kernels)
 
 

@@ -40,6 +40,7 @@ class Kernel:
     ranges: list[UOp]            # output loops, outermost first
     reduce_ranges: list[UOp]     # reduction loops, innermost last
     parallel: bool = True        # False when iterations must run in order (scatter)
+    thread_candidate: int = 0    # index into ranges of a loop whose iterations are independent
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
 
     @property
