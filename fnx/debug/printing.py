@@ -38,6 +38,7 @@ def format_function(fn: UOp, name: str = "function") -> str:
         operands = " ".join(names[s] for s in u.src)
         detail = repr(u.arg[0]) if u.op is Ops.CONST else _arg_str(u)
         dtype = f" to {u.dtype.name}" if u.op in (Ops.CAST, Ops.BITCAST) else ""
-        lines.append(f"  {names[u]}: {type_str(u)} = {u.op.name.lower()}{dtype} {operands} {detail}".rstrip())
+        text = " ".join(part for part in (f"{u.op.name.lower()}{dtype}", operands, detail) if part)
+        lines.append(f"  {names[u]}: {type_str(u)} = {text}")
     lines.append(f"  return ({', '.join(names[s] for s in body.src)}{',' if len(body.src) == 1 else ''})")
     return "\n".join(lines)
