@@ -11,11 +11,13 @@ from fnx.uop import GroupOp, Ops, UOp
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # C semantics: truncate toward zero; x/0 = -1 and MIN/-1 = MIN as on XLA's CPU backend
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    q = np.where((a < 0) != (safe < 0), -q, q).astype(a.dtype)
-    return np.where(b == 0, np.array(-1).astype(a.dtype), q)
+    # C semantics: truncate toward zero; x/0 = -1 and x/-1 = -x (wrapping, so MIN/-1 = MIN) as on XLA's CPU backend
+    minus_one = b == np.array(-1).astype(b.dtype) if b.dtype.kind == "i" else np.zeros(b.shape, bool)
+    safe = np.where((b == 0) | minus_one, np.array(1, b.dtype), b)
+    q = a // safe
+    q = np.where((a - q * safe != 0) & ((a < 0) != (safe < 0)), q + np.array(1, a.dtype), q)
+    q = np.where(minus_one, np.negative(a) if a.dtype.kind == "i" else a, q)
+    return np.where(b == 0, np.array(-1).astype(a.dtype), q).astype(a.dtype)
 
 
 def _int_rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -90,8 +92,9 @@ def _scatter(x: np.ndarray, idx: np.ndarray, upd: np.ndarray, axis: int, mode: s
 
 
 def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    if op is Ops.ADD: return np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
-    if op is Ops.MUL: return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+    acc = np.float32 if x.dtype.kind == "V" or x.dtype == np.float16 else x.dtype  # 16-bit floats sum in float32
+    if op is Ops.ADD: return np.sum(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
+    if op is Ops.MUL: return np.prod(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
     if x.size == 0:
         dtype = dtypes.from_numpy(x.dtype)
         fill = -np.inf if dtype.is_float else dtype.min

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from fnx import dtypes
 from fnx.dtypes import DType
 from fnx.lower.linearize import Linear
@@ -131,7 +133,10 @@ class Renderer:
         self.acc[red] = const_text(reduce_identity(red.arg[0], red.dtype), red.dtype)
 
     def line_acc_update(self, red: UOp) -> None:
-        self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(red.src[0])], red.dtype)
+        # reassociation lets the vectorizer keep one partial sum per lane (like numpy's pairwise sums, the order
+        # of float additions then differs from a strict left-to-right loop)
+        self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(red.src[0])], red.dtype,
+                                 flags=" reassoc nsz")
 
     # ---- nodes ----
     def line_node(self, u: UOp) -> None:
@@ -195,7 +200,7 @@ class Renderer:
             return self.emit(f"bitcast i32 {self.emit(f'shl i32 {self.bf16_bits(value)}, 16')} to float")
         return value
 
-    def alu(self, op: Ops, d: DType, args: list[str], src_dtype: DType) -> str:
+    def alu(self, op: Ops, d: DType, args: list[str], src_dtype: DType, flags: str = "") -> str:
         t, st = reg_type(d), reg_type(src_dtype)
         f, signed = src_dtype.is_float, not src_dtype.is_unsigned
         a = args[0]
@@ -211,9 +216,9 @@ class Renderer:
             return self.emit(f"{cmp} {st} {a}, {b}")
         if op is Ops.CMPNE: return self.emit(f"{'fcmp une' if f else 'icmp ne'} {st} {a}, {b}")
         if op is Ops.ADD:
-            return self.emit(f"{'fadd' if f else 'or' if d.is_bool else 'add'} {t} {a}, {b}")
+            return self.emit(f"{'fadd' + flags if f else 'or' if d.is_bool else 'add'} {t} {a}, {b}")
         if op is Ops.MUL:
-            return self.emit(f"{'fmul' if f else 'and' if d.is_bool else 'mul'} {t} {a}, {b}")
+            return self.emit(f"{'fmul' + flags if f else 'and' if d.is_bool else 'mul'} {t} {a}, {b}")
         if op is Ops.MAX:
             if d.is_bool: return self.emit(f"or i1 {a}, {b}")
             name = "maximum" if f else "smax" if signed else "umax"
@@ -255,9 +260,17 @@ class Renderer:
         if src.is_float and d.is_float:
             if st != t: a = self.emit(f"{'fpext' if st == 'float' else 'fptrunc'} {st} {a} to {t}")
             return self.round_to(a, d) if d.itemsize == 2 else a
-        if src.is_float:  # saturating: NaN -> 0, out of range -> the nearest representable value
-            kind = "fptoui" if d.is_unsigned else "fptosi"
-            return self.intrinsic(f"llvm.{kind}.sat.{t}.{'f64' if st == 'double' else 'f32'}", t, [a], [st])
+        if src.is_float:  # saturating, NaN -> 0; clamp then convert, in selects that vectorize (the .sat intrinsics don't)
+            bits = 8 * d.itemsize
+            lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
+            hi = float(np.nextafter(np.array(top, dtype=np.float32 if st == "float" else np.float64), 0))
+            below = self.emit(f"fcmp olt {st} {a}, {const_text(lo, src)}")
+            a = self.emit(f"select i1 {below}, {st} {const_text(lo, src)}, {st} {a}")
+            above = self.emit(f"fcmp ogt {st} {a}, {const_text(hi, src)}")
+            a = self.emit(f"select i1 {above}, {st} {const_text(hi, src)}, {st} {a}")
+            nan = self.emit(f"fcmp uno {st} {a}, {a}")
+            a = self.emit(f"select i1 {nan}, {st} {const_text(0.0, src)}, {st} {a}")
+            return self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
         if d.is_float:
             out = self.emit(f"{'uitofp' if src.is_unsigned or src.is_bool else 'sitofp'} {st} {a} to {t}")
             return self.round_to(out, d) if d.itemsize == 2 else out

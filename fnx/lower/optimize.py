@@ -32,7 +32,8 @@ def _accumulate_in_output(kernel: Kernel) -> list[Kernel] | None:
     inner, innermost_reduce = kernel.ranges[-1], kernel.reduce_ranges[-1]
     loads = [u for u in red.src[0].toposort if u.op is Ops.LOAD]
     if _stride(store.src[1], inner) != 1: return None
-    if not any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], innermost_reduce) != 1 for ld in loads):
+    # worth it when some load walks memory with a stride along the reduction but contiguously along `inner`
+    if not any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], innermost_reduce) not in (0, 1) for ld in loads):
         return None
     buf, index = store.src[0], store.src[1]
     init = UOp(Ops.STORE, dtypes.bool_, (buf, index, UOp.const(red.dtype, reduce_identity(red.arg[0], red.dtype))))

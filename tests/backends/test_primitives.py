@@ -1,5 +1,7 @@
 """Every primitive, on every dtype it accepts, on every backend: compiled results equal the interp oracle,
 and the interp oracle equals plain numpy where numpy defines the operation."""
+import zlib
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -70,7 +72,7 @@ def _cases():
 
 @pytest.mark.parametrize("op,dtype", list(_cases()), ids=lambda v: getattr(v, "name", str(v)))
 def test_alu_matches_oracle(op, dtype):
-    rng = np.random.default_rng(hash((op.name, dtype.name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f'{op.name}{dtype.name}'.encode()))
     shape = (3, 17)
     nsrc = 1 if op in GroupOp.Unary else 2
     args = [random_values(rng, dtype, shape) for _ in range(nsrc)]
@@ -130,7 +132,8 @@ def test_reduce(op, dtype, shape, data):
     want = interp.run(fn, [x])[0]
     ref = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}[op]
     if x.size or op is not Ops.MAX:
-        assert_same(want, ref(x, axis=axes, keepdims=True).astype(dtype.np), dtype)
+        wide = x.astype(np.float32) if dtype.is_float and dtype.itemsize == 2 else x  # 16-bit floats sum in f32
+        assert_same(want, ref(wide, axis=axes, keepdims=True).astype(dtype.np), dtype)
     assert_same(run_on("cpu", fn, [x])[0], want, dtype)
 
 
