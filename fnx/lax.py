@@ -535,7 +535,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     batch, cont = sizes(a, lb), sizes(a, lc)
     a = reshape(transpose(a, lb + lf + lc), batch + sizes(a, lf) + [1] * len(rf) + cont)
     b = reshape(transpose(b, rb + rf + rc), batch + [1] * len(lf) + sizes(b, rf) + cont)
-    shape = tuple(builtins.max(s, t) for s, t in zip(a.shape, b.shape))
+    shape = tuple(t if s == 1 else s for s, t in zip(a.shape, b.shape))
     out = mul(expand(a, shape), expand(b, shape))
     nfree = len(batch) + len(lf) + len(rf)
     out = reduce_sum(out, tuple(range(nfree, len(shape)))) if cont else out

@@ -1,4 +1,1634 @@
-"""placeholder until fnx.numpy lands"""
-def asarray(x):
-    from fnx.lax import to_array
-    return to_array(x)
+"""fnx.numpy: a jax.numpy-like array API, composed only from fnx.lax.
+
+Every public function is an `eager_op`: outside a trace it builds its whole graph lazily and runs it as one compiled
+function; under jit it just adds to the graph. Binary functions broadcast with numpy's rules and promote with JAX's
+lattice (Python scalars are weakly typed: `int8_array + 1` stays int8). numpy appears here only for static shape and
+dtype logic and for converting host values; the arithmetic is always done by the generated code.
+
+Departures from jax.numpy, on purpose: `x[int_array]` clamps out-of-range indices (as JAX does), integer `/` and
+`mean` give float32 except for 64-bit integers (float64), and the 1-argument `where`/`nonzero` and boolean-mask
+indexing need concrete values (they raise ConcretizationError under jit).
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from fnx import dtypes, lax
+from fnx.dtypes import DType
+from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
+from fnx.trace import Array, eager_op, state
+from fnx.uop import Ops, UOp
+
+# ---- dtype names and constants (numpy's scalar types, so `x.dtype == jnp.float32` holds) ----
+
+bool_, int8, int16, int32, int64 = np.bool_, np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+float16, bfloat16, float32, float64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
+dtype = np.dtype
+ndarray = Array
+finfo, iinfo = dtypes.finfo, dtypes.iinfo
+pi, e, inf, nan, newaxis = np.pi, np.e, np.inf, np.nan, None
+
+_LOG2E, _LN2 = 1.4426950408889634, 0.6931471805599453
+
+
+# ---- conversion, promotion, broadcasting ----
+
+def _dt(a: Array) -> DType:
+    return a.uop.dtype
+
+
+def _is_python_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
+
+
+def _arr(x: Any, name: str = "asarray") -> Array:
+    """An Array for an fnx.numpy argument; Python scalars stay weakly typed constants."""
+    if isinstance(x, Array): return x
+    try:
+        return lax.to_array(x) if _is_python_scalar(x) else array(x)
+    except TypeError as err:
+        message = f"{name}: {err}"
+        raise TypeError(message if "\n  at " in message else at_user_line(message)) from None
+
+
+def _weak(a: Array, weak: bool) -> Array:
+    return a if a.weak_type == weak else Array(a.uop, weak)
+
+
+def _cast(a: Array, dt: DType) -> Array:
+    return lax.convert_element_type(a, dt) if _dt(a) != dt else a
+
+
+def _full(like: Array, value: Any, dt: DType | None = None) -> Array:
+    """A constant with the shape (and by default the dtype) of `like`."""
+    return lax.full(like.shape, value, dt or _dt(like))
+
+
+def _inexact(dt: DType) -> DType:
+    """The float dtype an operation that needs floats computes in (64-bit integers -> float64)."""
+    if dt.is_float: return dt
+    return dtypes.float64 if dt.itemsize == 8 else dtypes.default_float
+
+
+def _shape_str(*arrs: Array) -> str:
+    return ", ".join(f"{_dt(a)}{list(a.shape)}" for a in arrs)
+
+
+def broadcast_shapes(*shapes: Sequence[int], name: str = "broadcast_shapes") -> tuple[int, ...]:
+    """The numpy broadcast of several shapes; raises ShapeError (a TypeError) naming `name` when they do not fit."""
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
+        if len(sizes) > 1:
+            raise ShapeError(at_user_line(f"{name}: incompatible shapes for broadcasting: "
+                                          f"{', '.join(str(tuple(s)) for s in shapes)}"))
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _broadcast(a: Array, shape: tuple[int, ...], name: str = "broadcast_to") -> Array:
+    shape = tuple(int(s) for s in shape)
+    if a.shape == shape: return a
+    if broadcast_shapes(a.shape, shape, name=name) != shape:
+        raise ShapeError(at_user_line(f"{name}: cannot broadcast {_shape_str(a)} to shape {shape}"))
+    if a.uop.op is Ops.CONST: return Array(UOp.const(_dt(a), a.uop.arg[0], shape), a.weak_type)
+    return _weak(lax.broadcast_in_dim(a, shape, tuple(range(len(shape) - a.ndim, len(shape)))), a.weak_type)
+
+
+def _prep(name: str, *xs: Any, to_float: bool = False) -> tuple[list[Array], bool]:
+    """Convert, promote to one dtype and broadcast to one shape; returns the arrays and the result's weak flag."""
+    arrs = [_arr(x, name) for x in xs]
+    dt, weak = dtypes.result_type(*[(_dt(a), a.weak_type) for a in arrs])
+    dt = _inexact(dt) if to_float else dt
+    shape = broadcast_shapes(*[a.shape for a in arrs], name=name)
+    return [_broadcast(_cast(a, dt), shape, name) for a in arrs], weak
+
+
+def _ufunc(name: str, compute, to_float: bool = False, keeps_weak: bool = True, doc: str = ""):
+    """An elementwise public function: promote + broadcast the arguments, then `compute` on equal shapes/dtypes."""
+    def fn(*args):
+        arrs, weak = _prep(name, *args, to_float=to_float)
+        out = compute(*arrs)
+        return _weak(out, weak and keeps_weak and _dt(out) == _dt(arrs[0]))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc or f"Elementwise {name} with numpy broadcasting and JAX type promotion. Returns an Array."
+    return eager_op(fn)
+
+
+def _float_math(compute):
+    """Run a float approximation in float32 for float16/bfloat16 inputs (then round back)."""
+    def run(*arrs: Array) -> Array:
+        dt = _dt(arrs[0])
+        if dt.itemsize >= 4: return compute(*arrs)
+        return _cast(compute(*(_cast(a, dtypes.float32) for a in arrs)), dt)
+    return run
+
+
+def _require(name: str, a: Array, ok: bool, what: str) -> None:
+    if not ok: raise TypeError(at_user_line(f"{name} needs {what}, got {_shape_str(a)}"))
+
+
+# ---- creation ----
+
+def _canonical_host(value: np.ndarray) -> np.ndarray:
+    """Python lists and scalars default to float32 / int32 (int64 only when the values need it), as in JAX."""
+    if value.dtype == np.float64: return value.astype(np.float32)
+    if value.dtype == np.int64 and (value.size == 0 or (value.min() >= -2**31 and value.max() < 2**31)):
+        return value.astype(np.int32)
+    return value
+
+
+def _flat_items(x):
+    for item in x:
+        yield from (_flat_items(item) if isinstance(item, (list, tuple)) else [item])
+
+
+@eager_op
+def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None = None, ndmin: int = 0) -> Array:
+    """Create an Array from an Array, numpy array, Python scalar or (nested) list/tuple of those.
+
+    Args:
+      object: the values. Python floats/ints default to float32/int32; numpy arrays keep their dtype.
+      dtype: optional result dtype.
+      ndmin: minimum number of dimensions (leading axes of size 1 are added).
+
+    Returns:
+      A strongly typed Array. Example: `array([1, 2])` -> int32 [1, 2].
+    """
+    dt = None if dtype is None else dtypes.to_dtype(dtype)
+    if isinstance(object, Array):
+        out = object
+    elif isinstance(object, (list, tuple)) and builtins.any(isinstance(v, Array) for v in _flat_items(object)):
+        out = stack([array(v) for v in object]) if len(object) else array(np.asarray(object))
+    else:
+        from_python = isinstance(object, (list, tuple)) or _is_python_scalar(object)
+        value = np.asarray(object, dtype=dt.np if dt is not None else None)
+        if value.dtype == np.dtype("O") or value.dtype.kind in "US":
+            raise TypeError(at_user_line(f"array: cannot convert {type(object).__name__} {object!r} to an fnx array"))
+        out = lax.constant_array(_canonical_host(value) if from_python and dt is None else value)
+    out = _cast(out, dt) if dt is not None else out
+    if out.ndim < ndmin: out = lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape)
+    return _weak(out, False)
+
+
+@eager_op
+def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | None = None) -> Array:
+    """Like `array`; Arrays are immutable, so no copy is ever made."""
+    return array(a, dtype=dtype)
+
+
+def _shape_arg(shape: Any, name: str) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if builtins.any(int(s) < 0 for s in shape):
+        raise ValueError(at_user_line(f"{name}: negative dimensions are not allowed in shape {shape}"))
+    return tuple(int(s) for s in shape)
+
+
+@eager_op
+def full(shape: Any, fill_value: Any, dtype: Any = None) -> Array:
+    """An array of `shape` filled with `fill_value` (a scalar or an array broadcastable to `shape`).
+    The dtype defaults to that of `fill_value` (Python int -> int32, float -> float32)."""
+    shape = _shape_arg(shape, "full")
+    value = array(fill_value, dtype=dtype)
+    return _broadcast(value, shape, "full")
+
+
+@eager_op
+def zeros(shape: Any, dtype: Any = None) -> Array:
+    """An array of zeros (float32 unless `dtype` is given)."""
+    return lax.full(_shape_arg(shape, "zeros"), 0, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+
+
+@eager_op
+def ones(shape: Any, dtype: Any = None) -> Array:
+    """An array of ones (float32 unless `dtype` is given)."""
+    return lax.full(_shape_arg(shape, "ones"), 1, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+
+
+def _like(a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], Any]:
+    a = _arr(a)
+    return (a.shape if shape is None else _shape_arg(shape, "like")), (_dt(a) if dtype is None else dtype)
+
+
+@eager_op
+def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
+    """Zeros with the shape and dtype of `a` (overridable)."""
+    return zeros(*_like(a, dtype, shape))
+
+
+@eager_op
+def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
+    """Ones with the shape and dtype of `a` (overridable)."""
+    return ones(*_like(a, dtype, shape))
+
+
+@eager_op
+def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Array:
+    """`fill_value` with the shape and dtype of `a` (overridable)."""
+    shape, dt = _like(a, dtype, shape)
+    return full(shape, fill_value, dt)
+
+
+def _static_scalar(x: Any, name: str) -> Any:
+    if isinstance(x, Array):
+        if state.tracing and not x.is_concrete:
+            raise ConcretizationError(at_user_line(f"{name}: needs static (Python) bounds, got a traced "
+                                                   f"{_shape_str(x)}"))
+        return x.item()
+    return x
+
+
+@eager_op
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
+    """Evenly spaced values in [start, stop) with `step` (static bounds). Python floats give float32, ints int32.
+
+    Example: `arange(5)` -> [0, 1, 2, 3, 4]; `arange(0, 1, 0.25)` -> [0., 0.25, 0.5, 0.75].
+    """
+    start, stop, step = (_static_scalar(v, "arange") for v in (start, stop, step))
+    if stop is None: start, stop = 0, start
+    step = 1 if step is None else step
+    if step == 0: raise ValueError(at_user_line("arange: step must not be zero"))
+    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.result_type(start, stop, step)[0]
+    n = builtins.max(0, math.ceil((stop - start) / step))
+    if dt.is_float:  # float64 index arithmetic, rounded once to the result dtype
+        values = lax.add(lax.mul(lax.iota(dtypes.float64, n), float(step)), float(start))
+        return _cast(values, dt)
+    return lax.add(lax.mul(lax.iota(dt, n), step), start)
+
+
+@eager_op
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype: Any = None, axis: int = 0) -> Array | tuple[Array, Array]:
+    """`num` evenly spaced values from `start` to `stop` (inclusive when `endpoint`), along a new `axis`.
+
+    start/stop may be arrays (broadcast together). Returns the values (and the step when `retstep`).
+    """
+    num = int(num)
+    if num < 0: raise ValueError(at_user_line(f"linspace: number of samples {num} must be non-negative"))
+    (lo, hi), _ = _prep("linspace", start, stop)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(lo))
+    work = dtypes.float64
+    lo, hi = _cast(lo, work), _cast(hi, work)
+    div = num - 1 if endpoint else num
+    step = (hi - lo) / div if div > 0 else _full(lo, np.nan)
+    shape = (num,) + lo.shape
+    index = lax.broadcasted_iota(work, shape, 0)
+    values = _broadcast(lo, shape) + index * _broadcast(step, shape) if div > 0 else _broadcast(lo, shape)
+    if endpoint and num > 1: values = where(index == num - 1, _broadcast(hi, shape), values)
+    values = moveaxis(values, 0, axis)
+    values = _cast(values if dt.is_float else floor(values), dt)
+    return (values, _cast(step, dt if dt.is_float else dtypes.default_float)) if retstep else values
+
+
+@eager_op
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
+    """A 2-D array with ones on the k-th diagonal and zeros elsewhere (float32 by default)."""
+    shape = (int(N), int(N if M is None else M))
+    rows, cols = lax.broadcasted_iota(dtypes.int32, shape, 0), lax.broadcasted_iota(dtypes.int32, shape, 1)
+    return _cast(lax.add(rows, int(k)) == cols, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+
+
+@eager_op
+def identity(n: int, dtype: Any = None) -> Array:
+    """The n x n identity matrix."""
+    return eye(n, dtype=dtype)
+
+
+# ---- elementwise arithmetic ----
+
+def _negate(a: Array) -> Array:
+    _require("negative", a, not _dt(a).is_bool, "a numeric operand (use logical_not for bools)")
+    return lax.neg(a)
+
+
+def _int_floor_div(a: Array, b: Array) -> Array:
+    q = lax.div(a, b)
+    if _dt(a).is_unsigned: return q
+    r = lax.rem(a, b)
+    fix = (r != 0) & ((r < 0) != (b < 0))
+    return where(fix, q - 1, q)
+
+
+def _float_divmod(a: Array, b: Array) -> tuple[Array, Array]:
+    """numpy's floor division and modulo for floats: the remainder takes the divisor's sign."""
+    mod = lax.rem(a, b)
+    div = (a - mod) / b
+    fix = (mod != 0) & ((b < 0) != (mod < 0))
+    mod, div = where(fix, mod + b, mod), where(fix, div - 1, div)
+    floor_div = _floor(div)
+    floor_div = where(div - floor_div > 0.5, floor_div + 1, floor_div)
+    zero = _full(a, 0.0)
+    floor_div = where(div == 0, _copysign(zero, a / b), floor_div)
+    mod = where(mod == 0, _copysign(zero, b), mod)
+    return where(b == 0, a / b, floor_div), mod
+
+
+def _floor_divide(a: Array, b: Array) -> Array:
+    if _dt(a).is_bool: return a & b
+    return _float_divmod(a, b)[0] if _dt(a).is_float else _int_floor_div(a, b)
+
+
+def _mod(a: Array, b: Array) -> Array:
+    _require("mod", a, not _dt(a).is_bool, "numeric operands")
+    if _dt(a).is_float: return _float_divmod(a, b)[1]
+    r = lax.rem(a, b)
+    if _dt(a).is_unsigned: return r
+    return where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+def _signbit(x: Array) -> Array:
+    """True where the sign bit of a float is set (also for -0.0 and negative NaNs)."""
+    signed = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[_dt(x).itemsize]
+    return lax.bitcast_convert_type(x, signed) < 0
+
+
+def _copysign(magnitude: Array, sign: Array) -> Array:
+    mag = _abs(magnitude)
+    return where(_signbit(sign), lax.neg(mag), mag)
+
+
+def _abs(x: Array) -> Array:
+    dt = _dt(x)
+    if dt.is_float:  # clear the sign bit: exact for -0.0, inf and NaN
+        unsigned = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dt.itemsize]
+        bits = lax.bitcast_convert_type(x, unsigned)
+        mask = lax.full(x.shape, (1 << (8 * dt.itemsize - 1)) - 1, unsigned)
+        return lax.bitcast_convert_type(lax.bitwise_and(bits, mask), dt)
+    if dt.is_unsigned or dt.is_bool: return x
+    return where(x < 0, lax.neg(x), x)
+
+
+def _sign(x: Array) -> Array:
+    dt = _dt(x)
+    if dt.is_bool: return x
+    one, zero = _full(x, 1), _full(x, 0)
+    positive = where(x > 0, one, x if dt.is_float else zero)
+    return positive if dt.is_unsigned else where(x < 0, _full(x, -1), positive)
+
+
+def _maximum(a: Array, b: Array) -> Array:
+    return lax.max(a, b)  # MAX propagates NaN (the interp oracle's np.maximum semantics)
+
+
+def _minimum(a: Array, b: Array) -> Array:
+    return lax._order_reversed(lax.max(lax._order_reversed(a), lax._order_reversed(b)))
+
+
+def _int_power(x: Array, y: Array) -> Array:
+    """Square-and-multiply over the bits of an integer exponent array; negative exponents give 0 (or +-1 for
+    bases +-1), as integer division would."""
+    acc, base = _full(x, 1), x
+    for bit in range(8 * _dt(y).itemsize - (0 if _dt(y).is_unsigned else 1)):
+        acc = where(lax.bitwise_and(lax.shift_right(y, bit), 1) != 0, acc * base, acc)
+        base = base * base
+    if _dt(y).is_unsigned: return acc
+    odd = lax.bitwise_and(y, 1) != 0
+    negative = where(x == 1, _full(x, 1), where(x == -1, where(odd, _full(x, -1), _full(x, 1)), _full(x, 0)))
+    return where(y < 0, negative, acc)
+
+
+def _float_power(x: Array, y: Array) -> Array:
+    """x ** y = 2 ** (y * log2|x|) with numpy's special cases (computed in float64 for float32 accuracy)."""
+    dt = _dt(x)
+    if dt.itemsize < 8: x, y = _cast(x, dtypes.float64), _cast(y, dtypes.float64)
+    magnitude = lax.exp2(y * lax.log2(_abs(x)))
+    y_int = lax.trunc(y) == y
+    y_odd = y_int & (lax.rem(y, _full(y, 2.0)) != 0)
+    out = where(_signbit(x) & y_odd, lax.neg(magnitude), magnitude)
+    out = where((x < 0) & ~y_int, _full(x, np.nan), out)
+    out = where((_abs(x) == 1) & isinf(y), _full(x, 1.0), out)
+    out = where((y == 0) | (x == 1), _full(x, 1.0), out)
+    return _cast(out, dt)
+
+
+def _power_compute(x: Array, y: Array) -> Array:
+    if _dt(x).is_bool: return x | ~y
+    return _float_power(x, y) if _dt(x).is_float else _int_power(x, y)
+
+
+_power_ufunc = _ufunc("power", _power_compute)
+
+
+@eager_op
+def power(x1: Any, x2: Any) -> Array:
+    """x1 ** x2 elementwise. A static Python int exponent uses repeated multiplication (lax.integer_pow);
+    integer arrays use square-and-multiply; floats use exp2(y*log2|x|) with numpy's sign/zero/inf rules."""
+    if isinstance(x2, int) and not isinstance(x2, bool) and not _is_python_scalar(x1):
+        a = _arr(x1, "power")
+        if not _dt(a).is_bool and (_dt(a).is_float or x2 >= 0): return lax.integer_pow(a, x2)
+        if not _dt(a).is_bool:
+            raise ValueError(at_user_line(f"power: integers to negative integer powers are not allowed "
+                                          f"({_shape_str(a)} ** {x2})"))
+    return _power_ufunc(x1, x2)
+
+
+add = _ufunc("add", lax.add)
+def _subtract(a: Array, b: Array) -> Array:
+    _require("subtract", a, not _dt(a).is_bool, "numeric operands (use logical_xor for bools)")
+    return lax.sub(a, b)
+
+
+subtract = _ufunc("subtract", _subtract)
+multiply = _ufunc("multiply", lax.mul)
+true_divide = divide = _ufunc("divide", lax.div, to_float=True, doc="x1 / x2 as floats (integers -> float32).")
+floor_divide = _ufunc("floor_divide", _floor_divide, doc="x1 // x2 rounded toward -inf, like numpy.")
+mod = remainder = _ufunc("mod", _mod, doc="x1 % x2 with the sign of the divisor, like numpy.")
+maximum = _ufunc("maximum", _maximum, doc="Elementwise maximum; NaN propagates.")
+minimum = _ufunc("minimum", _minimum, doc="Elementwise minimum; NaN propagates.")
+negative = _ufunc("negative", _negate, doc="-x elementwise (unsigned integers wrap).")
+positive = _ufunc("positive", lambda a: a)
+abs = absolute = _ufunc("abs", _abs, doc="|x| elementwise (identity for unsigned and bool).")  # noqa: A001
+sign = _ufunc("sign", _sign, doc="-1, 0 or 1 by the sign of x (NaN stays NaN).")
+square = _ufunc("square", lambda a: a * a)
+
+
+# ---- transcendental functions (float approximations over the primitive set) ----
+
+def _floor(x: Array) -> Array:
+    t = lax.trunc(x)
+    return where(t > x, t - 1, t)
+
+
+def _ceil(x: Array) -> Array:
+    t = lax.trunc(x)
+    return where(t < x, t + 1, t)
+
+
+def _rint(x: Array) -> Array:
+    """Round half to even, like numpy.round."""
+    t = lax.trunc(x)
+    frac = x - t
+    half = _full(x, 0.5)
+    odd = lax.rem(t, _full(x, 2.0)) != 0
+    up = (_abs(frac) > half) | ((_abs(frac) == half) & odd)
+    return where(up, t + _sign(frac), t)
+
+
+# Cody-Waite splits (ln2 and pi/2 as a short head, exact in products with small integers, plus tails), per dtype
+_LN2_SPLIT = {dtypes.float32: (0.693359375, -2.12194440e-4), dtypes.float64: (6.93145751953125e-1,
+                                                                              1.42860682030941723212e-6)}
+_PIO2_SPLIT = {dtypes.float32: (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8),
+               dtypes.float64: (1.57079625129699707031, 7.54978941586159635336e-8, 5.39030285815811905290e-15)}
+_EXP_LIMIT = {dtypes.float32: 104.0, dtypes.float64: 749.0}  # beyond these exp is 0 or inf; keeps 2**n in range
+
+
+def _pow2(n: Array, dt: DType) -> Array:
+    """2 ** n for integral float n in the normal exponent range, built from the exponent bits (exact)."""
+    itype, mantissa, bias = (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
+    bits = lax.shift_left(lax.add(_cast(n, itype), bias), mantissa)
+    return lax.bitcast_convert_type(bits, dt)
+
+
+def _exp(x: Array) -> Array:
+    dt = _dt(x)
+    head, tail = _LN2_SPLIT[dt]
+    limit = _EXP_LIMIT[dt]
+    xc = where(x > limit, _full(x, limit), where(x < -limit, _full(x, -limit), x))
+    n = _floor(xc * _LOG2E + 0.5)
+    r = (xc - n * head) - n * tail
+    half = lax.trunc(n * 0.5)
+    return lax.exp2(r * _LOG2E) * _pow2(half, dt) * _pow2(n - half, dt)
+
+
+def _log(x: Array) -> Array:
+    return lax.log2(x) * _LN2
+
+
+def _expm1(x: Array) -> Array:
+    u = _exp(x)
+    um1 = u - 1
+    out = where(u == 1, x, um1 * x / _log(u))
+    return where(um1 == -1, _full(x, -1.0), where(isinf(u), u, out))
+
+
+def _log1p(x: Array) -> Array:
+    u = x + 1
+    out = where(u == 1, x, _log(u) * x / (u - 1))
+    return where(u == np.inf, u, out)
+
+
+def _cos(x: Array) -> Array:
+    """cos via reduction by pi/2 (k, r with |r| <= pi/4) and sin of the reduced argument, by quadrant."""
+    p1, p2, p3 = _PIO2_SPLIT[_dt(x)]
+    k = _floor(x * (2 / np.pi) + 0.5)
+    r = ((x - k * p1) - k * p2) - k * p3
+    s, half_s = lax.sin(r), lax.sin(r * 0.5)
+    c = 1 - 2 * half_s * half_s
+    q = k - 4 * _floor(k * 0.25)
+    return where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s)))
+
+
+def _tanh(x: Array) -> Array:
+    t = _expm1(-2 * _abs(x))  # in (-1, 0]: never overflows
+    r = lax.neg(t) / (t + 2)
+    return where(x < 0, lax.neg(r), r)
+
+
+_HYPERBOLIC_CUTOFF = {dtypes.float32: 9.0, dtypes.float64: 19.0}  # above: exp(-|x|) is below half an ulp
+
+
+def _large_hyperbolic(a: Array) -> Array:
+    h = _exp(a * 0.5)
+    return (h * 0.5) * h  # exp(a) / 2 without overflowing where the result still fits
+
+
+def _sinh(x: Array) -> Array:
+    a = _abs(x)
+    t = _expm1(a)
+    small = 0.5 * (t + t / (t + 1))
+    r = where(a > _HYPERBOLIC_CUTOFF[_dt(x)], _large_hyperbolic(a), small)
+    return where(x < 0, lax.neg(r), r)
+
+
+def _cosh(x: Array) -> Array:
+    a = _abs(x)
+    u = _exp(a)
+    return where(a > _HYPERBOLIC_CUTOFF[_dt(x)], _large_hyperbolic(a), 0.5 * (u + 1 / u))
+
+
+_ATAN_F32 = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)  # Cephes atanf
+_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1)  # Cephes atan (float64) numerator
+_ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2)  # denominator, leading 1 omitted
+
+
+def _horner(z: Array, coeffs: Sequence[float], leading_one: bool = False) -> Array:
+    acc = z + coeffs[0] if leading_one else _full(z, coeffs[0])
+    for c in coeffs[1:]: acc = acc * z + c
+    return acc
+
+
+def _atan(x: Array) -> Array:
+    """arctan by reduction to |t| <= tan(pi/8) (float32) or 0.66 (float64), then a minimax polynomial/rational."""
+    dt = _dt(x)
+    a = _abs(x)
+    big = a > 2.414213562373095
+    mid = ~big & (a > (0.4142135623730950 if dt is dtypes.float32 else 0.66))
+    t = where(big, -1 / a, where(mid, (a - 1) / (a + 1), a))
+    base = where(big, _full(x, np.pi / 2), where(mid, _full(x, np.pi / 4), _full(x, 0.0)))
+    z = t * t
+    if dt is dtypes.float32:
+        p = _horner(z, _ATAN_F32) * z * t + t
+    else:
+        p = t * (z * _horner(z, _ATAN_P) / _horner(z, _ATAN_Q, leading_one=True)) + t
+        p = p + where(big, _full(x, 6.123233995736765886e-17), where(mid, _full(x, 3.061616997868382943e-17),
+                                                                     _full(x, 0.0)))
+    r = base + p
+    return where(x < 0, lax.neg(r), r)
+
+
+def _asin(x: Array) -> Array:
+    return 2 * _atan(x / (1 + lax.sqrt((1 - x) * (1 + x))))
+
+
+def _acos(x: Array) -> Array:
+    out = 2 * _atan(lax.sqrt((1 - x) * (1 + x)) / (1 + x))
+    return where(x == -1, _full(x, np.pi), out)
+
+
+def _atan2(y: Array, x: Array) -> Array:
+    ay, ax = _abs(y), _abs(x)
+    both_inf = isinf(ay) & isinf(ax)
+    lo, hi = _minimum(ay, ax), _maximum(ay, ax)
+    ratio = where(both_inf, _full(x, 1.0), where(hi == 0, _full(x, 0.0), lo / hi))
+    angle = _atan(ratio)
+    angle = where(ay > ax, np.pi / 2 - angle, angle)
+    angle = where(_signbit(x), np.pi - angle, angle)
+    return where(_signbit(y), lax.neg(angle), angle)
+
+
+def _float_ufunc(name: str, compute, doc: str):
+    return _ufunc(name, _float_math(compute), to_float=True, doc=doc)
+
+
+exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).")
+exp2 = _ufunc("exp2", lax.exp2, to_float=True, doc="2 ** x elementwise.")
+log = _float_ufunc("log", _log, "Natural logarithm elementwise.")
+log2 = _ufunc("log2", lax.log2, to_float=True, doc="Base-2 logarithm elementwise.")
+log10 = _float_ufunc("log10", lambda x: lax.log2(x) * 0.30102999566398120, "Base-10 logarithm elementwise.")
+log1p = _float_ufunc("log1p", _log1p, "log(1 + x), accurate for small |x|.")
+expm1 = _float_ufunc("expm1", _expm1, "exp(x) - 1, accurate for small |x|.")
+sqrt = _ufunc("sqrt", lax.sqrt, to_float=True, doc="Square root elementwise.")
+rsqrt = _ufunc("rsqrt", lambda x: lax.recip(lax.sqrt(x)), to_float=True, doc="1 / sqrt(x) elementwise.")
+reciprocal = _ufunc("reciprocal", lambda x: lax.recip(x) if _dt(x).is_float else lax.div(_full(x, 1), x),
+                    doc="1 / x elementwise (integer division for integers).")
+sin = _ufunc("sin", lax.sin, to_float=True, doc="Sine elementwise.")
+cos = _float_ufunc("cos", _cos, "Cosine elementwise.")
+tan = _float_ufunc("tan", lambda x: lax.sin(x) / _cos(x), "Tangent elementwise.")
+tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).")
+sinh = _float_ufunc("sinh", _sinh, "Hyperbolic sine elementwise.")
+cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.")
+arctan = _float_ufunc("arctan", _atan, "Inverse tangent elementwise, in [-pi/2, pi/2].")
+arcsin = _float_ufunc("arcsin", _asin, "Inverse sine elementwise (NaN outside [-1, 1]).")
+arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).")
+arctan2 = _float_ufunc("arctan2", _atan2, "The angle of the point (x2, x1) elementwise, in [-pi, pi], with "
+                                          "numpy's signed-zero and infinity cases.")
+
+
+def _rounding(name: str, compute, doc: str):
+    return _ufunc(name, lambda x: compute(x) if _dt(x).is_float else x, doc=doc)
+
+
+floor = _rounding("floor", _floor, "Round toward -inf elementwise (integers are returned unchanged).")
+ceil = _rounding("ceil", _ceil, "Round toward +inf elementwise (integers are returned unchanged).")
+trunc = _rounding("trunc", lax.trunc, "Round toward zero elementwise (integers are returned unchanged).")
+rint = _rounding("rint", _rint, "Round half to even elementwise.")
+
+
+@eager_op
+def round(a: Any, decimals: int = 0) -> Array:  # noqa: A001
+    """Round half to even to `decimals` decimal places (like numpy: scale, round, unscale)."""
+    x = _arr(a, "round")
+    if not _dt(x).is_float:
+        if decimals >= 0: return x
+        raise UnsupportedError(at_user_line(f"round: negative decimals for integer arrays ({_shape_str(x)})"))
+    if decimals == 0: return rint(x)
+    scale = 10.0 ** decimals
+    return _weak(_float_math(lambda v: _rint(v * scale) / scale)(x), x.weak_type)
+
+
+around = round
+
+
+# ---- comparisons and logic ----
+
+def _equal(a: Array, b: Array) -> Array:
+    return ~lax.ne(a, b)
+
+
+def _less_equal(a: Array, b: Array) -> Array:
+    return lax.lt(a, b) | _equal(a, b) if _dt(a).is_float else ~lax.lt(b, a)
+
+
+def _as_bool(a: Array) -> Array:
+    return a if _dt(a).is_bool else lax.ne(a, _full(a, 0))
+
+
+def _bitwise(name: str, lax_fn, doc: str):
+    def compute(a: Array, b: Array) -> Array:
+        _require(name, a, not _dt(a).is_float, "integer or bool operands")
+        return lax_fn(a, b)
+    return _ufunc(name, compute, doc=doc)
+
+
+def _shift(name: str, lax_fn):
+    def compute(a: Array, b: Array) -> Array:
+        _require(name, a, _dt(a).is_int, "integer operands")
+        return lax_fn(a, b)
+    return _ufunc(name, compute, doc=f"Elementwise {name} of integer arrays.")
+
+
+def _invert(a: Array) -> Array:
+    _require("invert", a, not _dt(a).is_float, "an integer or bool operand")
+    return lax.bitwise_xor(a, _full(a, True if _dt(a).is_bool else -1))
+
+
+equal = _ufunc("equal", _equal)
+not_equal = _ufunc("not_equal", lax.ne)
+less = _ufunc("less", lax.lt)
+greater = _ufunc("greater", lambda a, b: lax.lt(b, a))
+less_equal = _ufunc("less_equal", _less_equal)
+greater_equal = _ufunc("greater_equal", lambda a, b: _less_equal(b, a))
+bitwise_and = _bitwise("bitwise_and", lax.bitwise_and, "Elementwise & of integer or bool arrays.")
+bitwise_or = _bitwise("bitwise_or", lax.bitwise_or, "Elementwise | of integer or bool arrays.")
+bitwise_xor = _bitwise("bitwise_xor", lax.bitwise_xor, "Elementwise ^ of integer or bool arrays.")
+invert = bitwise_not = _ufunc("invert", _invert, doc="Elementwise ~ (bitwise not; logical not for bools).")
+left_shift = _shift("left_shift", lax.shift_left)
+right_shift = _shift("right_shift", lax.shift_right)
+logical_and = _ufunc("logical_and", lambda a, b: lax.bitwise_and(_as_bool(a), _as_bool(b)))
+logical_or = _ufunc("logical_or", lambda a, b: lax.bitwise_or(_as_bool(a), _as_bool(b)))
+logical_xor = _ufunc("logical_xor", lambda a, b: lax.bitwise_xor(_as_bool(a), _as_bool(b)))
+logical_not = _ufunc("logical_not", lambda a: lax.bitwise_xor(_as_bool(a), True))
+isnan = _ufunc("isnan", lambda a: lax.ne(a, a) if _dt(a).is_float else _full(a, False, dtypes.bool_))
+isinf = _ufunc("isinf", lambda a: _equal(_abs(a), _full(a, np.inf)) if _dt(a).is_float
+               else _full(a, False, dtypes.bool_))
+isfinite = _ufunc("isfinite", lambda a: lax.lt(_abs(a), _full(a, np.inf)) if _dt(a).is_float
+                  else _full(a, True, dtypes.bool_))
+
+
+@eager_op
+def clip(arr: Any = None, min: Any = None, max: Any = None, *, a: Any = None, a_min: Any = None,  # noqa: A002
+         a_max: Any = None) -> Array:
+    """Limit values to [min, max] (either may be None); NaN stays NaN. Example: clip(x, 0, 1)."""
+    x = _arr(arr if arr is not None else a, "clip")
+    lo, hi = (min if min is not None else a_min), (max if max is not None else a_max)
+    if lo is not None: x = maximum(x, lo)
+    if hi is not None: x = minimum(x, hi)
+    return x
+
+
+@eager_op
+def where(condition: Any, x: Any = None, y: Any = None, /) -> Array | tuple[Array, ...]:
+    """`x` where `condition` else `y` (broadcast together). With only `condition`, the indices of its nonzero
+    elements (like `nonzero`; needs a concrete value, so not under jit)."""
+    if x is None and y is None: return nonzero(condition)
+    if x is None or y is None: raise ValueError(at_user_line("where: give either both x and y or neither"))
+    c = _arr(condition, "where")
+    (c, x, y), weak = _prep("where", _as_bool(c), x, y)
+    return _weak(lax.select(_as_bool(c), x, y), weak)
+
+
+def _concrete(x: Any, name: str) -> np.ndarray:
+    """The host value of an index-like argument, or ConcretizationError under jit."""
+    if isinstance(x, Array):
+        if state.tracing and not x.is_concrete:
+            raise ConcretizationError(at_user_line(
+                f"{name}: needs concrete values, but got a traced {_shape_str(x)} under jit; the result shape "
+                "would depend on the values. Use fnx.numpy.where(mask, x, other) instead"))
+        return np.asarray(x)
+    return np.asarray(x)
+
+
+@eager_op
+def nonzero(a: Any) -> tuple[Array, ...]:
+    """Indices of the nonzero elements, one int32 array per axis (needs a concrete value)."""
+    return tuple(array(i.astype(np.int32)) for i in np.nonzero(np.atleast_1d(_concrete(a, "nonzero"))))
+
+
+# ---- reductions ----
+
+def _reduce_axes(a: Array, axis: Any, name: str) -> tuple[int, ...]:
+    if axis is None: return tuple(range(a.ndim))
+    return tuple(sorted(lax._axes(axis, a.ndim, name)))
+
+
+def _sum_dtype(dt: DType) -> DType:
+    """JAX promotes sums and products of bools and small integers to 32 bits."""
+    if dt.is_bool or (dt.is_int and dt.itemsize < 4): return dtypes.uint32 if dt.is_unsigned else dtypes.int32
+    return dt
+
+
+def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: bool, where_mask: Any,
+                identity: int) -> Array:
+    x = _arr(a, name)
+    axes = _reduce_axes(x, axis, name)
+    out_dtype = dtypes.to_dtype(dtype) if dtype is not None else _sum_dtype(_dt(x))
+    acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
+    x = _cast(x, acc)
+    if where_mask is not None: x = globals()["where"](where_mask, x, _full(x, identity))
+    return _cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype)
+
+
+@eager_op
+def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,  # noqa: A001
+        initial: Any = None, where: Any = None) -> Array:
+    """Sum over `axis` (None: all; int or tuple; negative ok). Bools and small ints sum as int32/uint32;
+    float16/bfloat16 accumulate in float32."""
+    total = _accumulate("sum", lax.reduce_sum, a, axis, dtype, keepdims, where, 0)
+    return total if initial is None else total + initial
+
+
+@eager_op
+def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,
+         initial: Any = None, where: Any = None) -> Array:
+    """Product over `axis`, with the same dtype rules as `sum`."""
+    total = _accumulate("prod", lax.reduce_prod, a, axis, dtype, keepdims, where, 1)
+    return total if initial is None else total * initial
+
+
+def _extreme(name: str, take_max: bool):
+    def fn(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, initial: Any = None,
+           where: Any = None) -> Array:
+        x = _arr(a, name)
+        axes = _reduce_axes(x, axis, name)
+        if initial is None and (where is not None or builtins.any(x.shape[i] == 0 for i in axes)):
+            if where is not None:
+                raise ValueError(at_user_line(f"{name}: reduction with where= needs an initial value"))
+            raise ValueError(at_user_line(f"{name}: zero-size array {_shape_str(x)} reduced over axes {axes} "
+                                          "has no identity; pass initial="))
+        key = x if take_max else lax._order_reversed(x)
+        if where is not None:
+            lowest = -np.inf if _dt(x).is_float else (False if _dt(x).is_bool else _dt(x).min)
+            key = globals()["where"](where, key, _full(key, lowest))
+        best = lax.reduce_max(key, axes, keepdims=keepdims)
+        best = best if take_max else lax._order_reversed(best)
+        if initial is not None: best = (maximum if take_max else minimum)(best, initial)
+        return best
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"The {'largest' if take_max else 'smallest'} element over `axis` (NaN propagates). "
+                  "Raises ValueError for an empty reduction without `initial`.")
+    return eager_op(fn)
+
+
+max = amax = _extreme("max", True)  # noqa: A001
+min = amin = _extreme("min", False)  # noqa: A001
+
+
+def _arg_reduction(name: str, lax_fn):
+    def fn(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
+        x = _arr(a, name)
+        if axis is None:
+            out = lax_fn(ravel(x), 0, dtypes.int32)
+            return lax.reshape(out, (1,) * x.ndim) if keepdims else out
+        axis = lax._axes(axis, x.ndim, name)[0]
+        out = lax_fn(x, axis, dtypes.int32)
+        return expand_dims(out, axis) if keepdims else out
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"int32 index of the first {name[3:]}imum along `axis` (None: of the flattened array); NaN wins."
+    return eager_op(fn)
+
+
+argmax = _arg_reduction("argmax", lax.argmax)
+argmin = _arg_reduction("argmin", lax.argmin)
+
+
+@eager_op
+def any(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
+    """Whether any element over `axis` is true (nonzero)."""
+    x = _as_bool(_arr(a, "any"))
+    if where is not None: x = logical_and(x, where)
+    return lax.reduce_max(x, _reduce_axes(x, axis, "any"), keepdims=keepdims)
+
+
+@eager_op
+def all(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
+    """Whether every element over `axis` is true (nonzero)."""
+    x = logical_not(_arr(a, "all"))
+    if where is not None: x = logical_and(x, where)
+    return logical_not(lax.reduce_max(x, _reduce_axes(x, axis, "all"), keepdims=keepdims))
+
+
+def _count(x: Array, axes: tuple[int, ...]) -> int:
+    return math.prod(x.shape[i] for i in axes)
+
+
+@eager_op
+def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False, *,
+         where: Any = None) -> Array:
+    """Arithmetic mean over `axis`; integers give float32 (float64 for 64-bit ints). Empty reductions give NaN."""
+    x = _arr(a, "mean")
+    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(x))
+    axes = _reduce_axes(x, axis, "mean")
+    total = sum(x, axis=axes, dtype=dt, keepdims=keepdims, where=where)
+    count = _count(x, axes) if where is None else sum(_broadcast(_as_bool(_arr(where)), x.shape), axis=axes,
+                                                      dtype=dt, keepdims=keepdims)
+    return _cast(_float_math(lambda t: t / (count if isinstance(count, int) else _cast(count, _dt(t))))(total), dt)
+
+
+@eager_op
+def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
+    """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof)."""
+    x = _arr(a, "var")
+    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(x))
+    work = dtypes.float32 if dt.itemsize < 4 else dt
+    x = _cast(x, work)
+    axes = _reduce_axes(x, axis, "var")
+    centered = x - mean(x, axis=axes, keepdims=True)
+    n = _count(x, axes)
+    return _cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
+
+
+@eager_op
+def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
+    """Standard deviation over `axis`: sqrt(var)."""
+    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def _cumulative(name: str, lax_fn):
+    def fn(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Array:
+        x = _arr(a, name)
+        if axis is None: x, axis = ravel(x), 0
+        out_dtype = dtypes.to_dtype(dtype) if dtype is not None else _sum_dtype(_dt(x))
+        acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
+        return _cast(lax_fn(_cast(x, acc), lax._axes(axis, x.ndim, name)[0]), out_dtype)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"Running {name[3:]} along `axis` (None: of the flattened array), an O(n log n) log-step scan; "
+                  "dtype rules as for sum/prod.")
+    return eager_op(fn)
+
+
+cumsum = _cumulative("cumsum", lax.cumsum)
+cumprod = _cumulative("cumprod", lax.cumprod)
+
+
+# ---- shapes ----
+
+def _resolve_shape(shape: Any, size: int, name: str) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    known = math.prod(s for s in shape if s != -1)
+    if len(unknown) > 1 or builtins.any(s < -1 for s in shape) or (unknown and (known == 0 or size % known)) \
+            or (not unknown and known != size):
+        raise ShapeError(at_user_line(f"{name}: cannot reshape an array of size {size} into shape {shape}"))
+    return tuple(size // known if s == -1 else s for s in shape)
+
+
+@eager_op
+def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None) -> Array:
+    """`a` with a new shape of the same size (one entry may be -1). Only C order is supported."""
+    x = _arr(a, "reshape")
+    if order != "C": raise UnsupportedError(at_user_line(f"reshape: only order='C' is supported, got {order!r}"))
+    return _weak(lax.reshape(x, _resolve_shape(shape if shape is not None else newshape, x.size, "reshape")),
+                 x.weak_type)
+
+
+@eager_op
+def ravel(a: Any, order: str = "C") -> Array:
+    """The flattened (1-D) array."""
+    return reshape(a, (-1,), order)
+
+
+@eager_op
+def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
+    """Permute the axes (reverse them when `axes` is None)."""
+    x = _arr(a, "transpose")
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(axes)
+    return _weak(lax.transpose(x, perm), x.weak_type)
+
+
+@eager_op
+def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
+    """Exchange two axes."""
+    x = _arr(a, "swapaxes")
+    i, j = (lax._axes(v, x.ndim, "swapaxes")[0] for v in (axis1, axis2))
+    perm = list(range(x.ndim))
+    perm[i], perm[j] = j, i
+    return transpose(x, perm)
+
+
+@eager_op
+def moveaxis(a: Any, source: Any, destination: Any) -> Array:
+    """Move axes `source` to positions `destination` (ints or sequences of equal length)."""
+    x = _arr(a, "moveaxis")
+    src, dst = lax._axes(source, x.ndim, "moveaxis"), lax._axes(destination, x.ndim, "moveaxis")
+    if len(src) != len(dst):
+        raise ValueError(at_user_line(f"moveaxis: source {source} and destination {destination} differ in length"))
+    perm = [i for i in range(x.ndim) if i not in src]
+    for s, d in sorted(zip(src, dst), key=lambda pair: pair[1]): perm.insert(d, s)
+    return transpose(x, perm)
+
+
+@eager_op
+def expand_dims(a: Any, axis: Any) -> Array:
+    """Insert size-1 axes at positions `axis` (int or tuple) of the result."""
+    x = _arr(a, "expand_dims")
+    count = 1 if isinstance(axis, (int, np.integer)) else len(axis)
+    axes = lax._axes(axis, x.ndim + count, "expand_dims")
+    dims = iter(x.shape)
+    return reshape(x, tuple(1 if i in axes else next(dims) for i in range(x.ndim + count)))
+
+
+@eager_op
+def squeeze(a: Any, axis: Any = None) -> Array:
+    """Remove size-1 axes (all of them, or those in `axis`; ValueError if one of those is not size 1)."""
+    x = _arr(a, "squeeze")
+    axes = tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None else lax._axes(axis, x.ndim, "squeeze")
+    if builtins.any(x.shape[i] != 1 for i in axes):
+        raise ValueError(at_user_line(f"squeeze: cannot remove axes {axes} of {_shape_str(x)}: not of size 1"))
+    return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+@eager_op
+def broadcast_to(array: Any, shape: Any) -> Array:
+    """`array` broadcast to `shape` with numpy's rules."""
+    return _broadcast(_arr(array, "broadcast_to"), _shape_arg(shape, "broadcast_to"))
+
+
+@eager_op
+def broadcast_arrays(*args: Any) -> list[Array]:
+    """The arguments broadcast against each other (dtypes unchanged)."""
+    arrs = [_arr(x, "broadcast_arrays") for x in args]
+    shape = broadcast_shapes(*[x.shape for x in arrs], name="broadcast_arrays")
+    return [_broadcast(x, shape) for x in arrs]
+
+
+def _promote_all(name: str, arrays: Sequence[Any]) -> list[Array]:
+    arrs = [_arr(x, name) for x in arrays]
+    if not arrs: raise ValueError(at_user_line(f"{name}: needs at least one array"))
+    dt, weak = dtypes.result_type(*[(_dt(x), x.weak_type) for x in arrs])
+    return [_weak(_cast(x, dt), weak) for x in arrs]
+
+
+@eager_op
+def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) -> Array:
+    """Join arrays along an existing `axis` (None: flatten them first); dtypes promote."""
+    arrs = _promote_all("concatenate", arrays)
+    if axis is None: arrs, axis = [ravel(x) for x in arrs], 0
+    if builtins.any(x.ndim == 0 for x in arrs):
+        raise ValueError(at_user_line("concatenate: zero-dimensional arrays cannot be concatenated"))
+    out = _weak(lax.concatenate(arrs, lax._axes(axis, arrs[0].ndim, "concatenate")[0]), arrs[0].weak_type)
+    return out if dtype is None else _cast(out, dtypes.to_dtype(dtype))
+
+
+@eager_op
+def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
+    """Join arrays of one shape along a new `axis`."""
+    arrs = _promote_all("stack", arrays)
+    if builtins.any(x.shape != arrs[0].shape for x in arrs):
+        raise ShapeError(at_user_line(f"stack: all input arrays must have the same shape, got {_shape_str(*arrs)}"))
+    axis = lax._axes(axis, arrs[0].ndim + 1, "stack")[0]
+    return concatenate([expand_dims(x, axis) for x in arrs], axis, dtype)
+
+
+def _slice_axis(x: Array, start: int, stop: int, axis: int) -> Array:
+    return lax.slice_in_dim(x, start, stop, axis=axis)
+
+
+@eager_op
+def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
+    """Split into equal sections (an int that divides the axis) or at the given indices."""
+    x = _arr(ary, "split")
+    axis = lax._axes(axis, x.ndim, "split")[0]
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        sections = int(indices_or_sections)
+        if sections <= 0 or n % sections:
+            raise ValueError(at_user_line(f"split: array split does not result in an equal division "
+                                          f"({n} into {sections} along axis {axis})"))
+        cuts = [n // sections * i for i in range(1, sections)]
+    else:
+        cuts = [int(i) for i in _concrete(indices_or_sections, "split").reshape(-1)]
+    bounds = [0] + [builtins.min(builtins.max(c + n if c < 0 else c, 0), n) for c in cuts] + [n]
+    return [_slice_axis(x, lo, builtins.max(lo, hi), axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+@eager_op
+def tile(A: Any, reps: Any) -> Array:
+    """Repeat the whole array `reps` times along each axis."""
+    x = _arr(A, "tile")
+    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    ndim = builtins.max(x.ndim, len(reps))
+    shape, reps = (1,) * (ndim - x.ndim) + x.shape, (1,) * (ndim - len(reps)) + reps
+    interleaved = lax.reshape(x, tuple(v for s in shape for v in (1, s)))
+    spread = lax.expand(interleaved, tuple(v for r, s in zip(reps, shape) for v in (r, s)))
+    return _weak(lax.reshape(spread, tuple(r * s for r, s in zip(reps, shape))), x.weak_type)
+
+
+@eager_op
+def repeat(a: Any, repeats: Any, axis: int | None = None, total_repeat_length: int | None = None) -> Array:
+    """Repeat each element `repeats` times (an int, or one static count per element) along `axis`
+    (None: of the flattened array)."""
+    x = _arr(a, "repeat")
+    if axis is None: x, axis = ravel(x), 0
+    axis = lax._axes(axis, x.ndim, "repeat")[0]
+    counts = _concrete(repeats, "repeat").astype(np.int64)
+    if counts.ndim == 0 or counts.size == 1:
+        r, n = int(counts.reshape(-1)[0]), x.shape[axis]
+        spread = lax.expand(lax.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:]),
+                            x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
+        return _weak(lax.reshape(spread, x.shape[:axis] + (n * r,) + x.shape[axis + 1:]), x.weak_type)
+    if counts.shape != (x.shape[axis],) or (counts < 0).any():
+        raise ValueError(at_user_line(f"repeat: repeats of shape {counts.shape} do not fit axis {axis} of "
+                                      f"{_shape_str(x)}"))
+    index = np.repeat(np.arange(x.shape[axis], dtype=np.int32), counts)
+    return _weak(lax.gather_axis(x, lax.constant_array(index), axis), x.weak_type)
+
+
+@eager_op
+def flip(m: Any, axis: Any = None) -> Array:
+    """Reverse the order of elements along `axis` (None: all axes)."""
+    x = _arr(m, "flip")
+    return _weak(lax.rev(x, _reduce_axes(x, axis, "flip")), x.weak_type)
+
+
+def _pad_side(x: Array, axis: int, width: int, before: bool, mode: str) -> Array:
+    """`x` extended by `width` along `axis` on one side by copying its own values (edge/reflect/symmetric);
+    widths beyond the axis reflect the already padded array again, as numpy does."""
+    while width > 0:
+        n = x.shape[axis]
+        if n == 0: raise ValueError(at_user_line(f"pad: cannot pad an empty axis {axis} with mode {mode!r}"))
+        if mode == "edge" or (mode == "reflect" and n == 1):
+            piece = _slice_axis(x, 0, 1, axis) if before else _slice_axis(x, n - 1, n, axis)
+            piece, k = _broadcast(piece, x.shape[:axis] + (width,) + x.shape[axis + 1:]), width
+        else:
+            skip = 1 if mode == "reflect" else 0
+            k = builtins.min(width, n - skip)
+            piece = _slice_axis(x, skip, skip + k, axis) if before else _slice_axis(x, n - skip - k, n - skip, axis)
+            piece = lax.rev(piece, (axis,))
+        x = lax.concatenate([piece, x] if before else [x, piece], axis)
+        width -= k
+    return x
+
+
+@eager_op
+def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Array:
+    """Pad with `pad_width` ((before, after) per axis, or one pair / int for all) in mode 'constant'
+    (`constant_values`), 'edge', 'reflect', 'symmetric' or 'wrap', like numpy.pad."""
+    x = _arr(array, "pad")
+    widths = np.broadcast_to(np.asarray(_concrete(pad_width, "pad"), dtype=np.int64).reshape(
+        (-1, 2) if np.size(pad_width) > 2 else (-1,)), (x.ndim, 2))
+    if (widths < 0).any(): raise ValueError(at_user_line(f"pad: negative pad_width {pad_width}"))
+    if mode == "constant":
+        values = constant_values
+        if isinstance(values, Array) or np.size(values) == 1:
+            return _weak(lax.pad(x, _cast(_arr(values).reshape(()), _dt(x)),
+                                 [(int(b), int(a), 0) for b, a in widths]), x.weak_type)
+        per_axis = np.broadcast_to(np.asarray(values), (x.ndim, 2))
+        for axis, ((b, a), (vb, va)) in enumerate(zip(widths, per_axis)):
+            cfg = [(0, 0, 0)] * x.ndim
+            cfg[axis] = (int(b), 0, 0)
+            x = lax.pad(x, _cast(_arr(vb.item()), _dt(x)), cfg)
+            cfg[axis] = (0, int(a), 0)
+            x = lax.pad(x, _cast(_arr(va.item()), _dt(x)), cfg)
+        return x
+    if mode not in ("edge", "reflect", "symmetric", "wrap"):
+        raise UnsupportedError(at_user_line(f"pad: mode {mode!r} is not supported"))
+    for axis, (b, a) in enumerate(widths):
+        x = _pad_side(_pad_side(x, axis, int(b), True, mode), axis, int(a), False, mode) if mode != "wrap" else \
+            _pad_wrap(x, axis, int(b), int(a))
+    return x
+
+
+def _pad_wrap(x: Array, axis: int, before: int, after: int) -> Array:
+    n = x.shape[axis]
+    if (before or after) and n == 0: raise ValueError(at_user_line(f"pad: cannot wrap-pad an empty axis {axis}"))
+    if not before and not after: return x
+    reps = -(-(before + after) // n) + 1  # tile the axis, then cut the window [n - before % n, ...)
+    shape = [1] * x.ndim
+    shape[axis] = reps + 1
+    tiled = tile(x, shape)
+    start = (n - before % n) % n
+    return _slice_axis(tiled, start, start + n + before + after, axis)
+
+
+# ---- linear algebra ----
+
+@eager_op
+def matmul(a: Any, b: Any) -> Array:
+    """Matrix product with numpy's rules: 1-D operands gain (then lose) an axis; leading batch axes broadcast."""
+    (x, y), weak = _prep_pair("matmul", a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(at_user_line(f"matmul: operands must not be 0-d, got {_shape_str(x, y)}"))
+    vec_x, vec_y = x.ndim == 1, y.ndim == 1
+    x = lax.reshape(x, (1,) + x.shape) if vec_x else x
+    y = lax.reshape(y, y.shape + (1,)) if vec_y else y
+    if x.shape[-1] != y.shape[-2]:
+        raise ShapeError(at_user_line(f"matmul: contracting dimensions differ: {_shape_str(x, y)} "
+                                      f"({x.shape[-1]} != {y.shape[-2]})"))
+    batch = broadcast_shapes(x.shape[:-2], y.shape[:-2], name="matmul")
+    x, y = _broadcast(x, batch + x.shape[-2:]), _broadcast(y, batch + y.shape[-2:])
+    nb = len(batch)
+    out = lax.dot_general(x, y, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
+    shape = batch + (() if vec_x else (x.shape[-2],)) + (() if vec_y else (y.shape[-1],))
+    return _weak(lax.reshape(out, shape), weak)
+
+
+def _prep_pair(name: str, a: Any, b: Any) -> tuple[list[Array], bool]:
+    """Promote two operands to one dtype without broadcasting them."""
+    x, y = _arr(a, name), _arr(b, name)
+    dt, weak = dtypes.result_type((_dt(x), x.weak_type), (_dt(y), y.weak_type))
+    return [_cast(x, dt), _cast(y, dt)], weak
+
+
+@eager_op
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
+    """Sum products over the last `axes` axes of a and the first of b (int), or over axes pairs
+    ((a_axes), (b_axes)). The result has a's free axes, then b's."""
+    (x, y), weak = _prep_pair("tensordot", a, b)
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if n > builtins.min(x.ndim, y.ndim) or n < 0:
+            raise ShapeError(at_user_line(f"tensordot: cannot contract {n} axes of {_shape_str(x, y)}"))
+        ax, ay = tuple(range(x.ndim - n, x.ndim)), tuple(range(n))
+    else:
+        ax, ay = ((v,) if isinstance(v, (int, np.integer)) else tuple(v) for v in axes)
+    return _weak(lax.dot_general(x, y, ((ax, ay), ((), ()))), weak)
+
+
+@eager_op
+def dot(a: Any, b: Any) -> Array:
+    """numpy.dot: products for 0-d, inner product for 1-D, matrix product for 2-D, and in general a sum over
+    the last axis of a and the second-to-last of b."""
+    (x, y), weak = _prep_pair("dot", a, b)
+    if x.ndim == 0 or y.ndim == 0: return multiply(x, y)
+    return tensordot(x, y, ((x.ndim - 1,), (builtins.max(y.ndim - 2, 0),)))
+
+
+@eager_op
+def vdot(a: Any, b: Any) -> Array:
+    """Dot product of the flattened arrays."""
+    return dot(ravel(a), ravel(b))
+
+
+@eager_op
+def inner(a: Any, b: Any) -> Array:
+    """Sum of products over the last axes of a and b."""
+    (x, y), _ = _prep_pair("inner", a, b)
+    if x.ndim == 0 or y.ndim == 0: return multiply(x, y)
+    return tensordot(x, y, ((x.ndim - 1,), (y.ndim - 1,)))
+
+
+@eager_op
+def outer(a: Any, b: Any) -> Array:
+    """out[i, j] = a[i] * b[j] of the flattened arrays."""
+    x, y = ravel(a), ravel(b)
+    return multiply(lax.reshape(x, (x.size, 1)), lax.reshape(y, (1, y.size)))
+
+
+def _einsum_parse(subscripts: str, operands: list[Array]) -> tuple[list[list[str]], list[str]]:
+    """Labels per operand and for the output; '...' becomes private labels shared right-aligned."""
+    subscripts = subscripts.replace(" ", "")
+    inputs, arrow, output = subscripts.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(at_user_line(f"einsum: {len(terms)} input terms in {subscripts!r} for "
+                                      f"{len(operands)} operands"))
+    n_ellipsis = 0
+    for term, x in zip(terms, operands):
+        if "..." in term: n_ellipsis = builtins.max(n_ellipsis, x.ndim - len(term.replace("...", "")))
+    dots = [chr(0x391 + i) for i in range(n_ellipsis)]  # Greek capitals: never valid subscripts
+
+    def expand(term: str, ndim: int | None) -> list[str]:
+        head, has_dots, tail = term.partition("...")
+        k = (ndim - len(head) - len(tail)) if ndim is not None else n_ellipsis
+        return list(head) + (dots[n_ellipsis - k:] if has_dots else []) + list(tail)
+
+    labels = [expand(t, x.ndim) for t, x in zip(terms, operands)]
+    for lab, x, t in zip(labels, operands, terms):
+        if len(lab) != x.ndim or builtins.any(not (c.isalpha() or c in dots) for c in lab):
+            raise ValueError(at_user_line(f"einsum: term {t!r} does not fit operand {_shape_str(x)}"))
+    if arrow:
+        out = expand(output, None)
+    else:
+        flat = [c for lab in labels for c in lab if c not in dots]
+        out = dots + sorted(c for c in set(flat) if flat.count(c) == 1)
+    return labels, out
+
+
+def _einsum_diagonal(x: Array, labels: list[str]) -> tuple[Array, list[str]]:
+    """Take the diagonal over repeated labels of one operand (flatten the pair, then stride by n + 1)."""
+    while len(set(labels)) < len(labels):
+        c = next(c for c in labels if labels.count(c) > 1)
+        i, j = [k for k, v in enumerate(labels) if v == c][:2]
+        n = x.shape[i]
+        rest = [k for k in range(x.ndim) if k not in (i, j)]
+        x = lax.reshape(lax.transpose(x, rest + [i, j]), tuple(x.shape[k] for k in rest) + (n * n,))
+        x = lax.slice_in_dim(x, 0, n * n, stride=n + 1, axis=x.ndim - 1)
+        labels = [labels[k] for k in rest] + [c]
+    return x, labels
+
+
+@eager_op
+def einsum(subscripts: str, *operands: Any, optimize: Any = None, precision: Any = None,
+           preferred_element_type: Any = None) -> Array:
+    """Einstein summation, e.g. `einsum('bij,bjk->bik', a, b)`; supports '...', implicit output and repeated
+    labels (diagonals). Contracts operands pairwise, left to right, with dot_general."""
+    arrs = _promote_all("einsum", operands)
+    labels, out = _einsum_parse(subscripts, arrs)
+    sizes: dict[str, int] = {}
+    for x, lab in zip(arrs, labels):
+        for c, s in zip(lab, x.shape):
+            if sizes.get(c, 1) not in (1, s) and s != 1:
+                raise ShapeError(at_user_line(f"einsum: label {c!r} has sizes {sizes[c]} and {s} in {subscripts!r}"))
+            sizes[c] = builtins.max(sizes.get(c, 1), s)
+    if builtins.any(c not in sizes for c in out):
+        raise ValueError(at_user_line(f"einsum: output labels {out} not found in the inputs of {subscripts!r}"))
+    pending = []
+    for x, lab in zip(arrs, labels):
+        x, lab = _einsum_diagonal(x, lab)
+        pending.append((_broadcast(x, tuple(sizes[c] for c in lab)), lab))
+
+    def sum_unused(x: Array, lab: list[str], others: list[list[str]]) -> tuple[Array, list[str]]:
+        needed = set(out).union(*others)
+        drop = tuple(i for i, c in enumerate(lab) if c not in needed)
+        return (lax.reduce_sum(x, drop) if drop else x), [c for c in lab if c in needed]
+
+    x, lab = sum_unused(*pending[0], [lb for _, lb in pending[1:]])
+    for k in range(1, len(pending)):
+        y, ylab = sum_unused(*pending[k], [lab] + [lb for _, lb in pending[k + 1:]])
+        later = set(out).union(*[lb for _, lb in pending[k + 1:]])
+        shared = [c for c in lab if c in ylab]
+        batch = [c for c in shared if c in later]
+        contract = [c for c in shared if c not in later]
+        x = lax.dot_general(x, y, (([lab.index(c) for c in contract], [ylab.index(c) for c in contract]),
+                                   ([lab.index(c) for c in batch], [ylab.index(c) for c in batch])),
+                            preferred_element_type=preferred_element_type)
+        lab = batch + [c for c in lab if c not in shared] + [c for c in ylab if c not in shared]
+    x, lab = sum_unused(x, lab, [])
+    return _weak(lax.transpose(x, [lab.index(c) for c in out]), arrs[0].weak_type)
+
+
+# ---- gathers ----
+
+def _normalize_index(i: Array, n: int) -> Array:
+    return where(i < 0, i + n, i)
+
+
+@eager_op
+def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None, fill_value: Any = None) -> Array:
+    """Elements of `a` at `indices` along `axis` (None: of the flattened array); negative indices count from the
+    end. Out-of-range indices: mode 'fill' (default, as in JAX: NaN / min int / max uint / True, or
+    `fill_value`), 'clip' (clamp) or 'wrap'."""
+    x = _arr(a, "take")
+    if axis is None: x, axis = ravel(x), 0
+    axis = lax._axes(axis, x.ndim, "take")[0]
+    idx = _arr(indices, "take")
+    _require("take", idx, _dt(idx).is_int, "integer indices")
+    n = x.shape[axis]
+    mode = mode or "fill"
+    if mode == "wrap": idx = mod(idx, n)
+    idx = _normalize_index(idx, n)
+    if mode not in ("fill", "clip", "wrap"):
+        raise UnsupportedError(at_user_line(f"take: mode {mode!r} is not supported (use 'fill', 'clip' or 'wrap')"))
+    if n == 0:
+        if idx.size: raise IndexError(at_user_line(f"take: cannot take from an empty axis {axis} of {_shape_str(x)}"))
+        return lax.full(x.shape[:axis] + idx.shape + x.shape[axis + 1:], 0, _dt(x))
+    out = lax.gather_axis(x, idx, axis)
+    if mode != "fill": return _weak(out, x.weak_type)
+    valid = (idx >= 0) & (idx < n)
+    valid = lax.reshape(valid, (1,) * axis + idx.shape + (1,) * (x.ndim - axis - 1))
+    return _weak(where(_broadcast(valid, out.shape), out, _full(out, _fill_default(_dt(x), fill_value))),
+                 x.weak_type)
+
+
+def _fill_default(dt: DType, fill_value: Any) -> Any:
+    if fill_value is not None: return fill_value
+    if dt.is_float: return np.nan
+    return True if dt.is_bool else (dt.max if dt.is_unsigned else dt.min)
+
+
+def _index_dtype(size: int) -> DType:
+    return dtypes.int32 if size < 2**31 else dtypes.int64
+
+
+@eager_op
+def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None = None,
+                    fill_value: Any = None) -> Array:
+    """out[..., i, ...] = arr[..., indices[..., i, ...], ...] along `axis`; the other axes broadcast.
+    Negative indices count from the end; out-of-range ones are clamped."""
+    x, idx = _arr(arr, "take_along_axis"), _arr(indices, "take_along_axis")
+    if axis is None: x, idx, axis = ravel(x), ravel(idx), 0
+    if idx.ndim != x.ndim:
+        raise ShapeError(at_user_line(f"take_along_axis: indices and arr must have the same rank, got "
+                                      f"{_shape_str(x, idx)}"))
+    axis = lax._axes(axis, x.ndim, "take_along_axis")[0]
+    off = lambda s: s[:axis] + s[axis + 1:]  # noqa: E731
+    other = broadcast_shapes(off(x.shape), off(idx.shape), name="take_along_axis")
+    x = _broadcast(x, other[:axis] + (x.shape[axis],) + other[axis:])
+    shape = other[:axis] + (idx.shape[axis],) + other[axis:]
+    idx = _broadcast(idx, shape)
+    return _weak(_gather_linear(x, [(axis, idx)], shape), x.weak_type)
+
+
+def _gather_linear(x: Array, indexed: list[tuple[int, Array]], shape: tuple[int, ...]) -> Array:
+    """Gather with one index array (of `shape` = x's shape with indexed axes resized) per axis in `indexed`;
+    the other axes are taken elementwise. Built as one gather from the flattened array."""
+    itype = _index_dtype(x.size)
+    strides = [math.prod(x.shape[i + 1:]) for i in range(x.ndim)]
+    given = dict(indexed)
+    linear = None
+    for d in range(x.ndim):
+        if d in given:
+            i = _cast(given[d], itype)
+            i = _clamp_index(_normalize_index(i, x.shape[d]), x.shape[d])
+        else:
+            i = lax.broadcasted_iota(itype, shape, d)
+        term = i * strides[d]
+        linear = term if linear is None else linear + term
+    if x.size == 0: return lax.full(shape, 0, _dt(x))
+    return lax.gather_axis(lax.reshape(x, (x.size,)), linear if linear is not None else lax.full(shape, 0, itype), 0)
+
+
+def _clamp_index(i: Array, n: int) -> Array:
+    return where(i < 0, _full(i, 0), where(i > n - 1, _full(i, builtins.max(n - 1, 0)), i))
+
+
+# ---- indexing: x[key] and x.at[key] ----
+
+def _expand_key(x: Array, key: Any) -> list[tuple[str, Any]]:
+    """The index as a list of ('none' | 'int' | 'slice' | 'array', value), Ellipsis expanded, masks turned into
+    integer arrays, with every int/array entry consuming one axis of x."""
+    key = key if isinstance(key, tuple) else (key,)
+    items: list[tuple[str, Any]] = []
+    for k in key:
+        if k is None or k is Ellipsis or isinstance(k, slice): items.append(("none" if k is None else "ellipsis"
+                                                                              if k is Ellipsis else "slice", k))
+        elif isinstance(k, (bool, np.bool_)):
+            items += [("none", None), ("mask0", bool(k))]
+        elif isinstance(k, (int, np.integer)): items.append(("int", int(k)))
+        elif isinstance(k, Array) or isinstance(k, (np.ndarray, list, tuple)):
+            arr_dtype = _dt(k) if isinstance(k, Array) else np.asarray(k).dtype
+            if (arr_dtype == dtypes.bool_ if isinstance(k, Array) else arr_dtype == np.bool_):
+                mask = _concrete(k, "boolean indexing")
+                items += [("array", array(i.astype(np.int32))) for i in np.nonzero(mask)] if mask.ndim else \
+                    [("none", None), ("mask0", bool(mask))]
+            else:
+                idx = k if isinstance(k, Array) else array(np.asarray(k) if np.size(k) else np.zeros(0, np.int32))
+                if not _dt(idx).is_int:
+                    raise IndexError(at_user_line(f"indexing: arrays used as indices must be integers or bools, "
+                                                  f"got {_shape_str(idx)}"))
+                items.append(("array", idx))
+        else:
+            raise IndexError(at_user_line(f"indexing: unsupported index {k!r} of type {type(k).__name__}"))
+    ellipses = [i for i, (kind, _) in enumerate(items) if kind == "ellipsis"]
+    if len(ellipses) > 1: raise IndexError(at_user_line("indexing: an index can only have one ellipsis ('...')"))
+    consumed = builtins.sum(kind in ("int", "slice", "array") for kind, _ in items)
+    if consumed > x.ndim:
+        raise IndexError(at_user_line(f"indexing: too many indices for an array of shape {x.shape}: {consumed}"))
+    fill = [("slice", slice(None))] * (x.ndim - consumed)
+    pos = ellipses[0] if ellipses else len(items)
+    return items[:pos] + fill + items[pos + 1:]
+
+
+def _apply_slice(x: Array, axis: int, s: slice) -> Array:
+    n = x.shape[axis]
+    start, stop, step = s.indices(n)
+    count = len(range(start, stop, step))
+    if count == 0: return _slice_axis(x, 0, 0, axis)
+    if step > 0: return lax.slice_in_dim(x, start, start + (count - 1) * step + 1, stride=step, axis=axis)
+    last = start + (count - 1) * step
+    return lax.rev(lax.slice_in_dim(x, last, start + 1, stride=-step, axis=axis), (axis,))
+
+
+def _index(x: Array, key: Any, fill: Any = None) -> Array:
+    """numpy indexing of `x` by `key`. Out-of-range array indices are clamped, or replaced by `fill` if given."""
+    items = _expand_key(x, key)
+    advanced = builtins.any(kind == "array" for kind, _ in items)
+    out, axis, adv_axes, adv_arrays, drop = x, 0, [], [], []
+    for kind, value in items:
+        if kind == "none" or kind == "mask0":
+            if kind == "none": out = lax.reshape(out, out.shape[:axis] + (1,) + out.shape[axis:])
+            else: out = _slice_axis(out, 0, 1 if value else 0, axis - 1)
+            axis += kind == "none"
+            continue
+        n = out.shape[axis]
+        if kind == "int" and not advanced:
+            if not -n <= value < n:
+                raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for axis {len(drop)} "
+                                              f"with size {n} (array of shape {x.shape})"))
+            out = _slice_axis(out, value % n, value % n + 1, axis)
+            drop.append(axis)
+        elif kind == "slice":
+            out = _apply_slice(out, axis, value)
+        else:
+            if kind == "int" and not -n <= value < n:
+                raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for size {n}"))
+            adv_axes.append(axis)
+            adv_arrays.append(lax.full((), value, dtypes.int32) if kind == "int" else value)
+        axis += 1
+    if drop: out = lax.reshape(out, tuple(s for i, s in enumerate(out.shape) if i not in drop))
+    if not adv_axes: return _weak(out, x.weak_type)
+    return _weak(_advanced(out, adv_axes, adv_arrays, fill), x.weak_type)
+
+
+def _advanced(x: Array, axes: list[int], indices: list[Array], fill: Any) -> Array:
+    """Gather with broadcast integer index arrays on `axes`: the indexed axes are flattened into one and gathered
+    with one linear index; the result's index axes go where the first indexed axis was if `axes` are adjacent,
+    else first (numpy's rule)."""
+    bshape = broadcast_shapes(*[i.shape for i in indices], name="indexing")
+    sizes = [x.shape[a] for a in axes]
+    total = math.prod(sizes)
+    itype = _index_dtype(total)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    rest = [i for i in range(x.ndim) if i not in axes]
+    at = axes[0] if adjacent else 0
+    perm = rest[:at] + axes + rest[at:]
+    moved = lax.transpose(x, perm)
+    flat = lax.reshape(moved, moved.shape[:at] + (total,) + moved.shape[at + len(axes):])
+    linear, valid = None, None
+    for i, n, stride in zip(indices, sizes, [math.prod(sizes[k + 1:]) for k in range(len(sizes))]):
+        i = _normalize_index(_broadcast(_cast(i, itype), bshape), n)
+        ok = (i >= 0) & (i < n)
+        valid = ok if valid is None else valid & ok
+        term = _clamp_index(i, n) * stride
+        linear = term if linear is None else linear + term
+    out_shape = flat.shape[:at] + bshape + flat.shape[at + 1:]
+    if total == 0:
+        if math.prod(bshape): raise IndexError(at_user_line(f"indexing: cannot index an empty axis of {x.shape}"))
+        return lax.full(out_shape, 0, _dt(x))
+    out = lax.gather_axis(flat, linear, at)
+    if fill is None: return out
+    valid = lax.reshape(valid, (1,) * at + bshape + (1,) * (flat.ndim - at - 1))
+    return where(_broadcast(valid, out_shape), out, _full(out, fill))
+
+
+@eager_op
+def _getitem(x: Array, key: Any) -> Array:
+    return _index(x, key)
+
+
+@eager_op
+def _scatter(x: Array, key: Any, values: Any, mode: str) -> Array:
+    """A copy of x with x[key] combined with `values` (broadcast) by `mode`; out-of-range updates are dropped."""
+    positions = _index(lax.reshape(lax.iota(_index_dtype(x.size), x.size), x.shape), key, fill=-1)
+    updates = _broadcast(_cast(_arr(values, f"at[].{mode}"), _dt(x)), positions.shape, f"at[].{mode}")
+    flat = lax.scatter_axis(lax.reshape(x, (x.size,)), lax.reshape(positions, (positions.size,)),
+                            lax.reshape(updates, (updates.size,)), 0, mode)
+    return _weak(lax.reshape(flat, x.shape), x.weak_type)
+
+
+class _IndexUpdateRef:
+    """`x.at[key]`: functional updates of the elements `x[key]` (out-of-range indices are dropped)."""
+    __slots__ = ("array", "key")
+
+    def __init__(self, array: Array, key: Any):
+        self.array, self.key = array, key
+
+    def get(self, mode: str | None = None, fill_value: Any = None) -> Array:
+        """x[key] (with `fill_value` for out-of-range array indices when mode='fill')."""
+        if mode == "fill": return eager_op(_index)(self.array, self.key, _fill_default(_dt(self.array), fill_value))
+        return _getitem(self.array, self.key)
+
+    def set(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "set")
+    def add(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "add")
+    def multiply(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "mul")
+    mul = multiply
+    def min(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "min")
+    def max(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "max")
+
+
+class _IndexUpdateHelper:
+    """The `x.at` property: `x.at[key].set(v)` returns a copy of x with x[key] = v (see _IndexUpdateRef)."""
+    __slots__ = ("array",)
+
+    def __init__(self, array: Array):
+        self.array = array
+
+    def __getitem__(self, key: Any) -> _IndexUpdateRef:
+        return _IndexUpdateRef(self.array, key)
+
+
+# ---- small utilities ----
+
+def shape(a: Any) -> tuple[int, ...]:
+    """The shape of an array or array-like."""
+    return a.shape if isinstance(a, Array) else np.shape(a)
+
+
+def ndim(a: Any) -> int:
+    """The number of dimensions of an array or array-like."""
+    return len(shape(a))
+
+
+def size(a: Any) -> int:
+    """The number of elements of an array or array-like."""
+    return math.prod(shape(a))
+
+
+@eager_op
+def astype(x: Any, dtype: Any) -> Array:
+    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0)."""
+    return lax.convert_element_type(_arr(x, "astype"), dtypes.to_dtype(dtype))
+
+
+def promote_types(a: Any, b: Any) -> np.dtype:
+    """The dtype two (strongly typed) dtypes promote to, as a numpy dtype."""
+    return dtypes.promote_types(a, b).np
+
+
+def result_type(*args: Any) -> np.dtype:
+    """The dtype an operation on `args` (arrays, dtypes, Python scalars) produces, as a numpy dtype."""
+    return dtypes.result_type(*args)[0].np
+
+
+# ---- Array methods and operators ----
+
+def _reflected(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _operator(fn):
+    """Binary operators return NotImplemented for operands that are not array-like (so `x == None` is False)."""
+    def method(self, other):
+        if not isinstance(other, (Array, np.ndarray, np.generic, bool, int, float, list, tuple)):
+            return NotImplemented
+        return fn(self, other)
+    return method
+
+
+def _shape_varargs(fn):
+    return lambda self, *args, **kwargs: fn(self, args[0] if len(args) == 1 and not isinstance(
+        args[0], (int, np.integer)) else (args if args else None), **kwargs)
+
+
+_ARRAY_METHODS = {
+    "__add__": _operator(add), "__radd__": _operator(_reflected(add)),
+    "__sub__": _operator(subtract), "__rsub__": _operator(_reflected(subtract)),
+    "__mul__": _operator(multiply), "__rmul__": _operator(_reflected(multiply)),
+    "__truediv__": _operator(divide), "__rtruediv__": _operator(_reflected(divide)),
+    "__floordiv__": _operator(floor_divide), "__rfloordiv__": _operator(_reflected(floor_divide)),
+    "__mod__": _operator(mod), "__rmod__": _operator(_reflected(mod)),
+    "__pow__": _operator(power), "__rpow__": _operator(_reflected(power)),
+    "__matmul__": _operator(matmul), "__rmatmul__": _operator(_reflected(matmul)),
+    "__and__": _operator(bitwise_and), "__rand__": _operator(_reflected(bitwise_and)),
+    "__or__": _operator(bitwise_or), "__ror__": _operator(_reflected(bitwise_or)),
+    "__xor__": _operator(bitwise_xor), "__rxor__": _operator(_reflected(bitwise_xor)),
+    "__lshift__": _operator(left_shift), "__rlshift__": _operator(_reflected(left_shift)),
+    "__rshift__": _operator(right_shift), "__rrshift__": _operator(_reflected(right_shift)),
+    "__lt__": _operator(less), "__le__": _operator(less_equal), "__gt__": _operator(greater),
+    "__ge__": _operator(greater_equal), "__eq__": _operator(equal), "__ne__": _operator(not_equal),
+    "__neg__": negative, "__pos__": positive, "__invert__": invert, "__abs__": abs,
+    "__getitem__": _getitem,
+    "T": property(lambda self: transpose(self)),
+    "mT": property(lambda self: swapaxes(self, -1, -2)),
+    "at": property(_IndexUpdateHelper),
+    "astype": astype, "reshape": _shape_varargs(reshape), "transpose": _shape_varargs(transpose),
+    "flatten": ravel, "ravel": ravel, "squeeze": squeeze, "swapaxes": swapaxes, "repeat": repeat,
+    "sum": sum, "mean": mean, "prod": prod, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
+    "var": var, "std": std, "all": all, "any": any, "cumsum": cumsum, "cumprod": cumprod,
+    "clip": clip, "round": round, "dot": dot, "take": take, "nonzero": nonzero,
+    "copy": lambda self: self, "conj": lambda self: self, "real": property(lambda self: self),
+}
+for _name, _method in _ARRAY_METHODS.items():
+    setattr(Array, _name, _method)
+Array.__hash__ = None

@@ -66,17 +66,17 @@ class PatternMatcher:
 
     def __init__(self, rules: list[tuple[UPat, Callable[..., UOp | None]]]):
         self.rules = rules
-        self.by_op: dict[Ops | None, list] = defaultdict(list)
-        for pat, fn in rules:
+        self.by_op: dict[Ops, list] = defaultdict(list)
+        for pat, fn in rules:  # a rule for any op joins every op's list, so list order is kept everywhere
             wants_ctx = "ctx" in inspect.signature(fn).parameters
-            for op in (pat.ops if pat.ops is not None else [None]):
+            for op in (pat.ops if pat.ops is not None else Ops):
                 self.by_op[op].append((pat, fn, wants_ctx))
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn, wants_ctx in self.by_op.get(u.op, []) + self.by_op.get(None, []):
+        for pat, fn, wants_ctx in self.by_op.get(u.op, ()):
             bindings: dict[str, UOp] = {}
             if pat.match(u, bindings):
                 out = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -68,13 +69,11 @@ class Array:
 
     @property
     def device(self) -> Any:
-        from fnx import devices as _devices
-        return _devices.device_object(self.uop.device or state.default_device)
+        return importlib.import_module("fnx.devices").device_object(self.uop.device or state.default_device)
 
     @property
     def sharding(self) -> Any:
-        from fnx import devices as _devices
-        return _devices.SingleDeviceSharding(self.device)
+        return importlib.import_module("fnx.devices").SingleDeviceSharding(self.device)
 
     @property
     def is_concrete(self) -> bool:
@@ -93,7 +92,9 @@ class Array:
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
                     "with static_argnums"))
             self.uop = realize([self.uop])[0]
-        return self.uop.arg[0].numpy(self.uop.shape)
+        view = self.uop.arg[0].numpy(self.uop.shape).view()
+        view.flags.writeable = False  # arrays are immutable: numpy sees a read-only view
+        return view
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         value = self._value()
@@ -247,10 +248,10 @@ def trace(f: Callable, args: tuple, device: str | None = None, avals: list | Non
     params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device)), weak) for i, (shape, dtype, weak) in enumerate(avals)]
     with building(tracing=True):
         out = f(*tree_util.tree_unflatten(in_tree, params))
-    from fnx.numpy import asarray
+    from fnx.lax import to_array
     out_leaves, out_tree = tree_util.tree_flatten(out)
     with building(tracing=True):
-        out_arrays = [asarray(o) for o in out_leaves]
+        out_arrays = [to_array(o) for o in out_leaves]
     fn, consts = _hoist_constants([a.uop for a in out_arrays], [p.uop for p in params])
     return Traced(fn, in_tree, out_tree, consts, [a.weak_type for a in out_arrays])
 

@@ -188,11 +188,17 @@ def scalar_of(value: Any, dtype: DType) -> bool | int | float:
 
 
 def _bounds(u: UOp) -> tuple[int | float, int | float]:
+    if u.dtype.is_float: return (-math.inf, math.inf)
     lo, hi = (u.dtype.min, u.dtype.max) if not u.dtype.is_bool else (0, 1)
+    out = _int_bounds(u)
+    # a result that can leave the dtype's range wraps around: then nothing narrower than the range is known
+    return out if out is not None and lo <= out[0] <= out[1] <= hi else (lo, hi)
+
+
+def _int_bounds(u: UOp) -> tuple[int, int] | None:
     if u.op is Ops.CONST: return (u.arg[0], u.arg[0])
     if u.op is Ops.RANGE: return (0, u.arg[1] - 1)
-    if u.op is Ops.CAST and not u.src[0].dtype.is_float and not u.dtype.is_float and u.dtype.itemsize >= 4:
-        return u.src[0].bounds
+    if u.op is Ops.CAST and not u.src[0].dtype.is_float: return u.src[0].bounds
     if len(u.src) == 2 and u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD):
         (a, b), (c, d) = u.src[0].bounds, u.src[1].bounds
         if u.op is Ops.ADD: return (a + c, b + d)
@@ -208,7 +214,7 @@ def _bounds(u: UOp) -> tuple[int | float, int | float]:
         if cond.op is Ops.CMPLT and cond.src[0] is u.src[1] and cond.src[1].op is Ops.CONST:  # min(x, c - 1)
             b = min(b, cond.src[1].arg[0] - 1)
         return (min(a, c), max(b, d))
-    return (lo, hi)
+    return None
 
 
 # ---- shape inference: one function per op group, each raising ShapeError with the op and shapes ----
@@ -240,7 +246,7 @@ def _infer_shape(u: UOp) -> Shape | None:
         if x.shape[axis] == 0 and idx.size: raise _fail(op, f"cannot gather from an empty axis {axis}", x, idx)
         return x.shape[:axis] + idx.shape + x.shape[axis + 1:]
     if op is Ops.SCATTER:
-        (axis, mode), idx, upd = arg, src[1], src[2]
+        (axis, _), idx, upd = arg, src[1], src[2]
         _check_axes(op, (axis,), x.ndim, x)
         if upd.shape != x.shape[:axis] + idx.shape + x.shape[axis + 1:] or not idx.dtype.is_int or upd.dtype != x.dtype:
             raise _fail(op, f"updates must have shape operand[:{axis}] + indices.shape + operand[{axis}+1:]", x, idx, upd)
@@ -264,7 +270,7 @@ def _movement_shape(op: Ops, x: UOp, arg: Any) -> Shape:
         if sorted(arg) != list(range(len(shape))): raise _fail(op, f"{arg} is not a permutation of the axes", x)
         return tuple(shape[i] for i in arg)
     if op is Ops.EXPAND:
-        if len(arg) != len(shape) or any(s != t and s != 1 for s, t in zip(shape, arg)):
+        if len(arg) != len(shape) or any(s != t and s != 1 or t < 0 for s, t in zip(shape, arg)):
             raise _fail(op, f"cannot broadcast to {arg}", x)
         return tuple(arg)
     if len(arg) != len(shape): raise _fail(op, f"needs one (begin, end) pair per axis, got {arg}", x)

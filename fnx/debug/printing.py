@@ -26,7 +26,8 @@ def _arg_str(u: UOp) -> str:
 def format_function(fn: UOp, name: str = "function") -> str:
     """A FUNCTION as text: its PARAMs, one line per node, and the returned tuple."""
     body = fn.src[0] if fn.op is Ops.FUNCTION else fn
-    params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
+    params = list(fn.src[1:]) if fn.op is Ops.FUNCTION and all(p.op is Ops.PARAM for p in fn.src[1:]) else \
+        sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
     names: dict[UOp, str] = {p: f"p{p.arg[0]}" for p in params}
     lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
     for u in body.toposort:

@@ -157,7 +157,7 @@ index = PatternMatcher([
     (UPat(Ops.ADD, dtype=_INT, name="u", src=(UPat(Ops.ADD), UPat())), _canonical_sum),
     (UPat(Ops.MAX, dtype=_INT, src=(UPat.var("x"), UPat.cvar("c")), commutative=True),
      lambda x, c: x if x.bounds[0] >= c.arg[0] else None),
-    (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),
+    (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),
      lambda x, c, a, b: a if a is x and x.bounds[1] < c.arg[0] else None),
 ])
 

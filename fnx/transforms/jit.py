@@ -33,7 +33,7 @@ def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
             else:
                 x.uop = realize([x.uop])[0]
         return x.uop.arg[0]
-    return Buffer.from_numpy(device, np.asarray(x, dtype=param.dtype.np))
+    return Buffer.from_numpy(device, np.array(x, dtype=param.dtype.np, copy=True))  # the caller may mutate x
 
 
 @dataclass
@@ -83,6 +83,8 @@ class Jitted:
         self._signature = _signature_or_none(fun)
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
+        params = list(self._signature.parameters) if self._signature is not None else []
+        self._static_positions = {params.index(n) for n in self.static_argnames if n in params}
         self._cache: dict[Any, Lowered] = {}
         self._fast: dict[Any, Lowered] = {}
         functools.update_wrapper(self, fun)
@@ -92,9 +94,10 @@ class Jitted:
         if kwargs and self._signature is not None:
             bound = self._signature.bind(*args, **kwargs)
             args, kwargs = tuple(bound.args), dict(bound.kwargs)
-        static = tuple((i, args[i]) for i in self.static_argnums if i < len(args))
+        static_nums = set(self.static_argnums) | self._static_positions
+        static = tuple((i, args[i]) for i in sorted(static_nums) if i < len(args))
         static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in static_nums)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         try:
             hash(static)
@@ -123,7 +126,7 @@ class Jitted:
     def __call__(self, *args, **kwargs) -> Any:
         if state.depth:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
-        if not kwargs and not self.static_argnums and all(type(a) is Array for a in args):
+        if not kwargs and not self.static_argnums and not self.static_argnames and all(type(a) is Array for a in args):
             # the common case, kept lean: flat positional arrays need no tree flattening
             key = (tuple((a.uop.shape, a.uop.dtype, a.weak_type) for a in args), state.default_device)
             lowered = self._fast.get(key)

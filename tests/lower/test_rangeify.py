@@ -1,0 +1,184 @@
+"""The kernel split: elementwise chains, reductions, movement ops and matmul fuse into one kernel; a value read at
+several indices is realized once. Every case's output is checked against the interp backend and numpy."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+import fnx
+from fnx import lax
+from fnx.lower.pipeline import callify, lower
+from fnx.lower.rangeify import rangeify
+from fnx.uop import Ops
+
+
+def kernels_of(f, *args) -> list:
+    """rangeify's kernels for f(*args); the CPU executable's schedule has the same split."""
+    with fnx.default_device("cpu"):
+        kernels = rangeify(callify(fnx.make_graph(f)(*args).fn)).kernels
+        lowering = fnx.jit(f).lower(*args).executable.lowering
+    assert len(lowering.schedule.kernels) == len(kernels)
+    return kernels
+
+
+def run_on(device: str, f, *args):
+    with fnx.default_device(device):
+        return np.asarray(fnx.jit(f)(*args))
+
+
+def check(f, *args, want=None) -> np.ndarray:
+    """f's compiled output equals the interp oracle (and `want` when given); returns it."""
+    got = run_on("cpu", f, *args)
+    np.testing.assert_allclose(got, run_on("interp", f, *args), rtol=2e-6, atol=1e-6)
+    if want is not None: np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+    return got
+
+
+def ops_in(kernel) -> list[Ops]:
+    return [u.op for u in kernel.sink.toposort]
+
+
+dims = st.integers(1, 6)
+
+
+def chain(x):
+    y = x
+    for i in range(10):
+        y = lax.mul(y, 0.5) if i % 3 == 0 else lax.add(y, 0.25) if i % 3 == 1 else lax.sin(y)
+    return y
+
+
+def chain_numpy(x):
+    y = x.astype(np.float64)
+    for i in range(10):
+        y = y * 0.5 if i % 3 == 0 else y + 0.25 if i % 3 == 1 else np.sin(y)
+    return y
+
+
+@given(st.tuples(dims, dims))
+def test_elementwise_chain_is_one_kernel(shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    assert len(kernels_of(chain, x)) == 1
+    check(chain, x, want=chain_numpy(x))
+
+
+def test_elementwise_chain_through_pipeline_lower():
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    traced = fnx.make_graph(chain)(x).fn
+    lowering = lower(traced, threads=2)
+    assert len(lowering.kernels) == 1
+    assert len(lowering.schedule.kernels) == 1
+    kernel, lines = lowering.kernels[0]
+    assert [what for what, _ in lines].count("open") == 2   # one loop per output axis, nothing else
+
+
+@given(st.tuples(dims, dims))
+def test_sum_of_scaled_is_one_kernel(shape):
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    f = lambda x: lax.reduce_sum(lax.mul(x, 2.0), (0, 1))  # noqa: E731
+    kernels = kernels_of(f, x)
+    assert len(kernels) == 1
+    assert (Ops.REDUCE in ops_in(kernels[0])) == (x.size > 1)
+    check(f, x, want=(x.astype(np.float64) * 2).sum())
+
+
+def test_row_sums_are_one_kernel():
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    f = lambda x: lax.reduce_max(lax.add(x, 1.0), (1,))  # noqa: E731
+    assert len(kernels_of(f, x)) == 1
+    check(f, x, want=(x + 1).max(axis=1))
+
+
+def test_transpose_then_math_adds_no_copy():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = lambda x: lax.exp2(lax.mul(lax.transpose(x, (1, 0)), 0.125))  # noqa: E731
+    assert len(kernels_of(f, x)) == 1
+    check(f, x, want=np.exp2(x.T * 0.125))
+
+
+def test_reshape_then_math_adds_no_copy():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = lambda x: lax.add(lax.reshape(x, (2, 6)), lax.reshape(lax.transpose(x, (1, 0)), (2, 6)))  # noqa: E731
+    assert len(kernels_of(f, x)) == 1
+    check(f, x, want=x.reshape(2, 6) + x.T.reshape(2, 6))
+
+
+def test_broadcast_then_math_adds_no_copy():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    v = np.array([1, -2, 3, -4], np.float32)
+    f = lambda x, v: lax.mul(x, lax.broadcast_in_dim(v, (3, 4), (1,)))  # noqa: E731
+    assert len(kernels_of(f, x, v)) == 1
+    check(f, x, v, want=x * v)
+
+
+def test_slice_pad_and_flip_add_no_copy():
+    x = np.arange(10, dtype=np.float32)
+    f = lambda x: lax.add(lax.rev(lax.slice(x, (2,), (8,)), (0,)), lax.pad(lax.slice(x, (0,), (4,)), 0.0, [(1, 1, 0)]))  # noqa: E731
+    assert len(kernels_of(f, x)) == 1
+    check(f, x, want=x[2:8][::-1] + np.pad(x[:4], (1, 1)))
+
+
+def matmul(a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    a3 = lax.broadcast_in_dim(a, (m, k, n), (0, 1))
+    b3 = lax.broadcast_in_dim(b, (m, k, n), (1, 2))
+    return lax.reshape(lax.reduce_sum(lax.mul(a3, b3), (1,), keepdims=True), (m * n,))
+
+
+@given(dims, dims, dims)
+def test_matmul_is_one_kernel(m, k, n):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    kernels = kernels_of(matmul, a, b)
+    assert len(kernels) == 1
+    check(matmul, a, b, want=(a.astype(np.float64) @ b).reshape(-1))
+
+
+def stencil(x):
+    e = lax.exp2(x)
+    n = x.shape[0]
+    return lax.add(lax.slice(e, (1,), (n,)), lax.slice(e, (0,), (n - 1,)))
+
+
+@given(st.integers(2, 40))
+def test_value_read_at_two_indices_is_realized_once(n):
+    x = np.linspace(-2, 2, n, dtype=np.float32)
+    kernels = kernels_of(stencil, x)
+    assert len(kernels) == 2
+    assert sum(ops_in(k).count(Ops.EXP2) for k in kernels) == 1
+    e = np.exp2(x.astype(np.float64))
+    check(stencil, x, want=e[1:] + e[:-1])
+
+
+def test_cheap_value_read_at_two_indices_is_recomputed():
+    x = np.arange(8, dtype=np.float32)
+    f = lambda x: lax.add(lax.slice(lax.add(x, 1.0), (1,), (8,)), lax.slice(lax.add(x, 1.0), (0,), (7,)))  # noqa: E731
+    assert len(kernels_of(f, x)) == 1
+    check(f, x, want=(x[1:] + 1) + (x[:-1] + 1))
+
+
+def test_softmax_realizes_only_its_reductions():
+    x = np.random.default_rng(3).standard_normal((4, 7)).astype(np.float32)
+
+    def softmax(x):
+        m = lax.broadcast_in_dim(lax.reduce_max(x, (1,)), x.shape, (0,))
+        e = lax.exp2(lax.add(x, lax.mul(m, -1.0)))
+        s = lax.broadcast_in_dim(lax.reduce_sum(e, (1,)), x.shape, (0,))
+        return lax.div(e, s)
+
+    kernels = kernels_of(softmax, x)
+    assert len(kernels) <= 3
+    assert sum(ops_in(k).count(Ops.REDUCE) for k in kernels) == 2
+    e = np.exp2(x - x.max(axis=1, keepdims=True))
+    check(softmax, x, want=e / e.sum(axis=1, keepdims=True))
+
+
+def test_several_outputs_share_inputs():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    f = lambda x: (lax.add(x, 1.0), lax.reduce_sum(x, (1,)), lax.transpose(x, (1, 0)))  # noqa: E731
+    with fnx.default_device("cpu"):
+        got = fnx.jit(f)(x)
+    with fnx.default_device("interp"):
+        want = fnx.jit(f)(x)
+    for g, w, ref in zip(got, want, (x + 1, x.sum(axis=1), x.T)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+        np.testing.assert_array_equal(np.asarray(g), ref)
