@@ -154,7 +154,7 @@ _executables: dict[tuple[UOp, str], Executable] = {}
 
 def compile_function(fn: UOp, device: str) -> Executable:
     """The cached Executable of FUNCTION `fn` on `device` (compiled on first use)."""
-    key = (fn.src[0], device)
+    key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), device)  # unused inputs count too
     if (exe := _executables.get(key)) is None:
         exe = _executables[key] = get_backend(device).compile(fn, device)
     return exe
