@@ -7,6 +7,9 @@ from fnx.transforms.jit import jit, make_graph
 
 from fnx import numpy  # noqa: E402  (installs the Array operators)
 
+__all__ = ["Array", "block_until_ready", "default_device", "device_count", "device_put", "devices", "dtypes",
+           "errors", "jit", "lax", "local_devices", "make_graph", "numpy", "tree", "tree_util"]
+
 
 def block_until_ready(x):
     """Wait for every array in a pytree (dispatch is synchronous today; kept for JAX compatibility)."""

@@ -236,7 +236,7 @@ def broadcast_in_dim(x, shape: Sequence[int], broadcast_dimensions: Sequence[int
     """Broadcast `x` to `shape`; operand axis i maps to output axis broadcast_dimensions[i] (jax.lax semantics)."""
     a, shape = to_array(x), tuple(int(s) for s in shape)
     dims = tuple(broadcast_dimensions)
-    if len(dims) != a.ndim or any(not (a.shape[i] in (1, shape[d])) for i, d in enumerate(dims)):
+    if len(dims) != a.ndim or any(a.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
         raise ShapeError(at_user_line(f"broadcast_in_dim: cannot broadcast {a.shape} to {shape} "
                                       f"along dimensions {dims}"))
     keep = [1] * len(shape)
@@ -257,7 +257,8 @@ def pad(x, padding_value, padding_config: Sequence[tuple[int, int, int]]) -> Arr
     """Pad with `padding_value`: (low, high, interior) per axis; negative low/high crop (jax.lax.pad)."""
     a = to_array(x)
     if len(padding_config) != a.ndim:
-        raise ValueError(at_user_line(f"pad: need one (low, high, interior) per axis of {a.shape}, got {padding_config}"))
+        raise ValueError(at_user_line(f"pad: need one (low, high, interior) per axis of {a.shape}, "
+                                      f"got {padding_config}"))
     if any(interior for _, _, interior in padding_config):
         out = a
         for axis, (_, _, interior) in enumerate(padding_config):
@@ -265,7 +266,8 @@ def pad(x, padding_value, padding_config: Sequence[tuple[int, int, int]]) -> Arr
         return pad(out, padding_value, [(lo, hi, 0) for lo, hi, _ in padding_config])
     crop = tuple((builtins.max(-lo, 0), s - builtins.max(-hi, 0)) for (lo, hi, _), s in zip(padding_config, a.shape))
     if any(b > e for b, e in crop):
-        raise ValueError(at_user_line(f"pad: negative padding {padding_config} removes more than the axis size {a.shape}"))
+        raise ValueError(at_user_line(f"pad: negative padding {padding_config} removes more than the axis size "
+                                      f"{a.shape}"))
     out = _movement(Ops.SHRINK, a, crop) if crop != tuple((0, s) for s in a.shape) else a
     widths = tuple((builtins.max(lo, 0), builtins.max(hi, 0)) for lo, hi, _ in padding_config)
     if all(w == (0, 0) for w in widths): return out

@@ -1,6 +1,7 @@
 """Rules as data: `UPat` patterns, a `PatternMatcher` of (pattern, function) pairs, and `graph_rewrite`.
 
-        pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x if c.arg[0] == 0 else None)])
+        pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))),
+                              lambda x, c: x if c.arg[0] == 0 else None)])
         graph_rewrite(root, pm)   # bottom-up, each node rewritten to a fixed point
 
 A rule's function gets the named sub-matches as keyword arguments (plus `ctx` if it names it) and returns a

@@ -245,7 +245,8 @@ def trace(f: Callable, args: tuple, device: str | None = None, avals: list | Non
     leaves, in_tree = tree_util.tree_flatten(args)
     avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
     device = device or state.default_device
-    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device)), weak) for i, (shape, dtype, weak) in enumerate(avals)]
+    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device)), weak)
+              for i, (shape, dtype, weak) in enumerate(avals)]
     with building(tracing=True):
         out = f(*tree_util.tree_unflatten(in_tree, params))
     from fnx.lax import to_array

@@ -81,7 +81,7 @@ def _const_key(arg: Any) -> Any:
 
 
 class UOp:
-    """An immutable, hash-consed IR node. Build with `UOp(op, dtype, src, arg)`; equal structure gives the same object."""
+    """An immutable, hash-consed IR node: `UOp(op, dtype, src, arg)`; equal structure gives the same object."""
     __slots__ = ("op", "dtype", "src", "arg", "shape", "__weakref__", "__dict__")
     _interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -235,7 +235,8 @@ def _infer_shape(u: UOp) -> Shape | None:
     if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL): return None
     if op is Ops.GETTUPLE:
         body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]
-        if not 0 <= arg < len(body.src): raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
+        if not 0 <= arg < len(body.src):
+            raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
         return body.src[arg].shape
     x = src[0]
     if op in GroupOp.Movement: return _movement_shape(op, x, arg)
@@ -249,7 +250,8 @@ def _infer_shape(u: UOp) -> Shape | None:
         (axis, _), idx, upd = arg, src[1], src[2]
         _check_axes(op, (axis,), x.ndim, x)
         if upd.shape != x.shape[:axis] + idx.shape + x.shape[axis + 1:] or not idx.dtype.is_int or upd.dtype != x.dtype:
-            raise _fail(op, f"updates must have shape operand[:{axis}] + indices.shape + operand[{axis}+1:]", x, idx, upd)
+            raise _fail(op, f"updates must have shape operand[:{axis}] + indices.shape + operand[{axis}+1:]",
+                        x, idx, upd)
         return x.shape
     if op is Ops.REDUCE:
         reduce_op, axes = arg
@@ -297,7 +299,8 @@ def _alu_shape(u: UOp) -> Shape:
         want = dtypes.bool_ if op in GroupOp.Comparison else src[0].dtype
         if u.dtype != want: raise _fail(op, f"result dtype {u.dtype} should be {want}", *src)
         if op in (Ops.SHL, Ops.SHR) and not src[0].dtype.is_int: raise _fail(op, "shifts need integer operands", *src)
-        if op in (Ops.AND, Ops.OR, Ops.XOR) and src[0].dtype.is_float: raise _fail(op, "needs integer or bool operands", *src)
+        if op in (Ops.AND, Ops.OR, Ops.XOR) and src[0].dtype.is_float:
+            raise _fail(op, "needs integer or bool operands", *src)
         if op in (Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN) and not src[0].dtype.is_float:
             raise _fail(op, "needs floating-point operands", *src)
     return src[0].shape

@@ -23,6 +23,11 @@ from hypothesis.extra import numpy as hnp
 import fnx
 import fnx.numpy as jnp
 
+
+def is_float(dtype) -> bool:
+    """numpy floats and ml_dtypes' bfloat16 (whose numpy kind is 'V')."""
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+
 F32, F64, BF16, F16 = np.float32, np.float64, ml_dtypes.bfloat16, np.float16
 TOL = {F32: (1e-6, 0), F64: (1e-12, 0), BF16: (1e-2, 1e-2), F16: (1e-2, 1e-2)}
 TRANS = {F32: (2e-6, 1e-6), F64: (1e-12, 1e-13), BF16: (1e-2, 1e-2), F16: (1e-2, 1e-2)}
@@ -76,7 +81,7 @@ def ref64(np_fn, dtype):
     """numpy's function evaluated in float64, rounded to `dtype` (bools/ints are left alone)."""
     def run_ref(*args):
         with np.errstate(all="ignore"):
-            out = np_fn(*[a.astype(F64) if a.dtype.kind == "f" else a for a in args])
+            out = np_fn(*[a.astype(F64) if is_float(a.dtype) else a for a in args])
         return out.astype(dtype) if np.asarray(out).dtype.kind == "f" else out
     return run_ref
 
@@ -294,9 +299,9 @@ def test_reductions(device, name, np_fn, dts, data):
             range(x.ndim) if axis is None else np.atleast_1d(axis))) == 0:
         axis = None
     with np.errstate(all="ignore"):
-        want = np_fn(x.astype(F64) if x.dtype.kind == "f" else x, axis=axis, keepdims=keepdims)
+        want = np_fn(x.astype(F64) if is_float(x.dtype) else x, axis=axis, keepdims=keepdims)
     for got in run(lambda a: getattr(jnp, name)(a, axis=axis, keepdims=keepdims), x):
-        check(got, want, RED.get(dtype, RED[F32]) if x.dtype.kind == "f" or name in ("mean", "var", "std") else (0, 0))
+        check(got, want, RED.get(dtype, RED[F32]) if is_float(x.dtype) or name in ("mean", "var", "std") else (0, 0))
 
 
 @settings(max_examples=6)

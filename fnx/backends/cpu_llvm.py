@@ -82,7 +82,8 @@ class CPUExecutable(Executable):
         if stage in STAGES: return self.lowering.as_text(stage)
         if stage == "llvm": return self.source
         if stage == "asm": return self.compiler_asm()
-        return "\n\n".join([f"--- {s} ---\n{self.lowering.as_text(s)}" for s in STAGES] + [f"--- llvm ---\n{self.source}"])
+        stages = [f"--- {s} ---\n{self.lowering.as_text(s)}" for s in STAGES]
+        return "\n\n".join(stages + [f"--- llvm ---\n{self.source}"])
 
     def compiler_asm(self) -> str:
         return _compiler().machine.emit_assembly(self.module) if self.module is not None else ""

@@ -37,7 +37,9 @@ def const_text(value, d: DType) -> str:
     if d.is_bool: return "true" if value else "false"
     if d.is_float:
         v = float(value)
-        if reg_type(d) == "float": v = struct.unpack("f", struct.pack("f", v))[0] if v == v and abs(v) != float("inf") else v
+        if reg_type(d) == "float":  # float constants must be exact in float: round (out of range becomes inf)
+            with np.errstate(over="ignore"):
+                v = float(np.float32(v))
         return "0x" + struct.pack(">d", v).hex().upper()
     return str(int(value))
 
@@ -260,7 +262,7 @@ class Renderer:
         if src.is_float and d.is_float:
             if st != t: a = self.emit(f"{'fpext' if st == 'float' else 'fptrunc'} {st} {a} to {t}")
             return self.round_to(a, d) if d.itemsize == 2 else a
-        if src.is_float:  # saturating, NaN -> 0; clamp then convert, in selects that vectorize (the .sat intrinsics don't)
+        if src.is_float:  # saturating, NaN -> 0: clamp, then convert (selects vectorize; .sat intrinsics do not)
             bits = 8 * d.itemsize
             lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
             hi = float(np.nextafter(np.array(top, dtype=np.float32 if st == "float" else np.float64), 0))

@@ -29,6 +29,7 @@ def _accumulate_in_output(kernel: Kernel) -> list[Kernel] | None:
     store = kernel.sink.src[0]
     red = store.src[2]
     if red.op is not Ops.REDUCE or len(store.src) != 3: return None
+    if red.dtype.is_float and red.dtype.itemsize == 2: return None  # 16-bit floats accumulate in float32 registers
     inner, innermost_reduce = kernel.ranges[-1], kernel.reduce_ranges[-1]
     loads = [u for u in red.src[0].toposort if u.op is Ops.LOAD]
     if _stride(store.src[1], inner) != 1: return None

@@ -59,7 +59,8 @@ movement = PatternMatcher([
     (UPat(Ops.PERMUTE, name="p", predicate=lambda u: u.arg == tuple(range(len(u.arg)))), lambda p: p.src[0]),
     (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, name="q"),), name="p"),
      lambda p, q: UOp(Ops.PERMUTE, p.dtype, (q.src[0],), tuple(q.arg[i] for i in p.arg))),
-    (UPat(Ops.EXPAND, src=(UPat(Ops.EXPAND, name="x"),), name="e"), lambda e, x: UOp(Ops.EXPAND, e.dtype, x.src, e.arg)),
+    (UPat(Ops.EXPAND, src=(UPat(Ops.EXPAND, name="x"),), name="e"),
+     lambda e, x: UOp(Ops.EXPAND, e.dtype, x.src, e.arg)),
     (UPat({Ops.DETACH, Ops.COPY}, name="d"), lambda d: d.src[0]),
     (UPat(Ops.FLIP, name="f", predicate=lambda u: not any(u.arg)), lambda f: f.src[0]),
 ])

@@ -150,7 +150,8 @@ def _signature_or_none(fun: Callable) -> inspect.Signature | None:
         return None
 
 
-def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (), static_argnames: str | Sequence[str] = (),
+def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (),
         donate_argnums: int | Sequence[int] = (), **unused) -> Any:
     """Compile `fun` with fnx's kernel compiler; traced once per input shapes/dtypes and static arguments.
 
