@@ -126,6 +126,13 @@ def rem(x, y):
     return _binary(Ops.MOD, x, y, "rem")
 
 
+def _export(fn, name: str, doc: str):
+    """A public lax function made by a factory: named, documented, and eager outside a trace."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return eager_op(fn)
+
+
 def _bitwise(op: Ops, name: str):
     def fn(x, y):
         a, b, weak = _binary_operands(x, y, name)
@@ -133,9 +140,7 @@ def _bitwise(op: Ops, name: str):
             raise TypeError(at_user_line(f"{name} needs integer or bool operands, got {a.uop.dtype}"))
         _same_shapes(name, a, b)
         return Array(UOp(op, a.uop.dtype, (a.uop, b.uop)), weak)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Elementwise {name} of integer or bool arrays."
-    return eager_op(fn)
+    return _export(fn, name, f"Elementwise {name} of integer or bool arrays.")
 
 
 bitwise_and = _bitwise(Ops.AND, "bitwise_and")
@@ -381,9 +386,7 @@ def _reducer(op: Ops, name: str):
         norm = _axes(axes, a.ndim, name)
         out = _reduce(op, a, norm, name)
         return out if keepdims else _drop_axes(out, norm)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Reduce `operand` over `axes` with {op.name.lower()}."
-    return eager_op(fn)
+    return _export(fn, name, f"Reduce `operand` over `axes` with {op.name.lower()}.")
 
 
 reduce_sum = _reducer(Ops.ADD, "reduce_sum")
@@ -505,9 +508,7 @@ def _cumulative(combine, identity, name: str):
             out = combine(out, pad(out, identity, cfg))
             shift *= 2
         return rev(out, (axis,)) if reverse else out
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Inclusive running {name[3:]} along `axis` (jax.lax.{name})."
-    return eager_op(fn)
+    return _export(fn, name, f"Inclusive running {name[3:]} along `axis` (jax.lax.{name}).")
 
 
 cumsum = _cumulative(add, 0, "cumsum")
@@ -566,9 +567,8 @@ def _arg_extreme(name: str, take_max: bool):
         reversed_index = sub(full(a.shape, n - 1, index_dtype), broadcasted_iota(index_dtype, a.shape, axis))
         first = reduce_max(select(hit, reversed_index, full(a.shape, -1, index_dtype)), (axis,))
         return sub(full(first.shape, n - 1, index_dtype), first)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Index of the first {'largest' if take_max else 'smallest'} element along `axis` (NaN wins)."
-    return eager_op(fn)
+    extreme = "largest" if take_max else "smallest"
+    return _export(fn, name, f"Index of the first {extreme} element along `axis` (NaN wins).")
 
 
 argmax = _arg_extreme("argmax", True)
