@@ -3,12 +3,16 @@ from fnx import dtypes, errors, lax, tree_util
 from fnx import tree_util as tree
 from fnx.devices import default_device, device_count, device_put, devices, local_devices
 from fnx.trace import Array
+from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
+from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
+from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
 from fnx.transforms.jit import jit, make_graph
 
 from fnx import numpy  # noqa: E402  (installs the Array operators)
 
-__all__ = ["Array", "block_until_ready", "default_device", "device_count", "device_put", "devices", "dtypes",
-           "errors", "jit", "lax", "local_devices", "make_graph", "numpy", "tree", "tree_util"]
+__all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count", "device_put", "devices", "dtypes",
+           "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "local_devices",
+           "make_graph", "numpy", "remat", "tree", "tree_util", "value_and_grad", "vjp"]
 
 
 def block_until_ready(x):

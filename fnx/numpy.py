@@ -356,11 +356,8 @@ def _copysign(magnitude: Array, sign: Array) -> Array:
 
 def _abs(x: Array) -> Array:
     dt = _dt(x)
-    if dt.is_float:  # clear the sign bit: exact for -0.0, inf and NaN
-        unsigned = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dt.itemsize]
-        bits = lax.bitcast_convert_type(x, unsigned)
-        mask = lax.full(x.shape, (1 << (8 * dt.itemsize - 1)) - 1, unsigned)
-        return lax.bitcast_convert_type(lax.bitwise_and(bits, mask), dt)
+    if dt.is_float:  # + 0.0 turns -0.0 into 0.0; a select keeps it differentiable (d|x|/dx = 1 at 0, as in JAX)
+        return where(x >= 0, x + 0.0, lax.neg(x))
     if dt.is_unsigned or dt.is_bool: return x
     return where(x < 0, lax.neg(x), x)
 

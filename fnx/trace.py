@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ class _State:
     depth = 0
     tracing = 0          # > 0 inside a trace whose values are abstract (jit, make_graph)
     default_device = canonical_device(config.device)
+    bindings: dict = {}  # PARAM -> concrete value, for transforms traced outside jit (Python `if` on values works)
 
 
 state = _State()
@@ -91,6 +93,9 @@ class Array:
                     "value is needed (bool(), int(), float(), np.asarray, or a Python `if`). Under jit, use "
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
                     "with static_argnums"))
+            if state.bindings:
+                from fnx.rewrite import substitute
+                return np.asarray(Array(realize([substitute(self.uop, state.bindings)])[0]).__array__())
             self.uop = realize([self.uop])[0]
         view = self.uop.arg[0].numpy(self.uop.shape).view()
         view.flags.writeable = False  # arrays are immutable: numpy sees a read-only view
@@ -240,21 +245,57 @@ def abstract_leaf(x: Any) -> tuple[tuple[int, ...], DType, bool]:
                                  "(expected an Array, a numpy array or a Python scalar)"))
 
 
-def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None) -> Traced:
-    """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`."""
+_tags = itertools.count()
+
+
+def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None,
+          transform: bool = False, tag: tuple | None = None) -> Traced:
+    """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`.
+
+    jit traces (transform=False) are abstract and hoist closed-over arrays to extra PARAMs. Transforms
+    (transform=True) get PARAMs of their own (tagged, so they never collide with an enclosing trace's), keep
+    closed-over arrays as constants, and, outside jit, bind their PARAMs to the concrete arguments so Python
+    control flow on values works as in JAX.
+    """
     leaves, in_tree = tree_util.tree_flatten(args)
     avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
     device = device or state.default_device
-    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device)), weak)
+    tag = (tag if tag is not None else (next(_tags),)) if transform else ()
+    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device) + tag), weak)
               for i, (shape, dtype, weak) in enumerate(avals)]
-    with building(tracing=True):
-        out = f(*tree_util.tree_unflatten(in_tree, params))
+    concrete = transform and not state.tracing
+    bound = {p.uop: _leaf_uop(x, p.uop) for p, x in zip(params, leaves)} if concrete else {}
+    previous = state.bindings
+    state.bindings = {**previous, **bound}
+    try:
+        with building(tracing=not transform):
+            out = f(*tree_util.tree_unflatten(in_tree, params))
+    finally:
+        state.bindings = previous
     from fnx.lax import to_array
     out_leaves, out_tree = tree_util.tree_flatten(out)
     with building(tracing=True):
         out_arrays = [to_array(o) for o in out_leaves]
+    if transform:
+        body = UOp(Ops.TUPLE, dtypes.bool_, tuple(a.uop for a in out_arrays))
+        return Traced(UOp(Ops.FUNCTION, dtypes.bool_, (body, *[p.uop for p in params])), in_tree, out_tree, [],
+                      [a.weak_type for a in out_arrays])
     fn, consts = _hoist_constants([a.uop for a in out_arrays], [p.uop for p in params])
     return Traced(fn, in_tree, out_tree, consts, [a.weak_type for a in out_arrays])
+
+
+def _leaf_uop(x: Any, param: UOp) -> UOp:
+    """The UOp of an argument leaf (an Array's graph, or a host value as a constant of the PARAM's dtype)."""
+    from fnx.lax import to_array
+    return x.uop if isinstance(x, Array) else to_array(np.asarray(x, dtype=param.dtype.np)).uop
+
+
+def inline(traced: Traced, outs: list[UOp], args: list[Any]) -> list[UOp]:
+    """Graphs in terms of a transform trace's PARAMs, with the PARAMs replaced by the actual argument leaves."""
+    from fnx.rewrite import substitute
+    mapping = {p: _leaf_uop(x, p) for p, x in zip(traced.fn.src[1:], args)}
+    root = substitute(UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), mapping)
+    return list(root.src)
 
 
 def _hoist_constants(outs: list[UOp], params: list[UOp]) -> tuple[UOp, list[UOp]]:

@@ -137,11 +137,13 @@ def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
 
 
 def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """Evaluate FUNCTION `fn` on numpy arguments (PARAM k takes args[k])."""
+    """Evaluate FUNCTION `fn` on numpy arguments (PARAM k takes args[k]); nested calls are inlined first."""
+    from fnx.lower.pipeline import inline_calls
     values: dict[UOp, np.ndarray] = {}
-    for u in fn.src[0].toposort:
+    body = inline_calls(fn.src[0])
+    for u in body.toposort:
         values[u] = np.asarray(args[u.arg[0]]).reshape(u.shape) if u.op is Ops.PARAM else evaluate(u, values)
-    return values[fn.src[0]]
+    return values[body]
 
 
 class InterpExecutable(Executable):

@@ -21,19 +21,27 @@ STAGES = ("callify", "rangeify", "optimize", "linearize")
 
 
 
+def inline_calls(body: UOp) -> UOp:
+    """`body` with every call (GETTUPLE of FUNCTION or CALL) replaced by the callee's output on its arguments."""
+    calls = [u for u in body.toposort if u.op is Ops.GETTUPLE and u.src[0].op in (Ops.FUNCTION, Ops.CALL)]
+    if not calls: return body
+    mapping = {}
+    for g in calls:
+        inner_body, args = g.src[0].src[0], g.src[0].src[1:]
+        params = {p: args[p.arg[0]] for p in inner_body.toposort if p.op is Ops.PARAM and p.arg[3:] == _tag(g)}
+        mapping[g] = substitute(inner_body.src[g.arg], params)
+    return inline_calls(substitute(body, mapping))
+
+
 def callify(fn: UOp) -> UOp:
-    """Inline nested FUNCTION calls (GETTUPLE of FUNCTION) into one FUNCTION over PARAMs, then simplify."""
-    body = fn.src[0]
-    calls = [u for u in body.toposort if u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION]
-    if calls:
-        mapping = {}
-        for g in calls:
-            inner_body, args = g.src[0].src[0], g.src[0].src[1:]
-            params = {p: args[p.arg[0]] for p in inner_body.toposort if p.op is Ops.PARAM}
-            mapping[g] = substitute(inner_body.src[g.arg], params)
-        body = substitute(body, mapping)
-        return callify(UOp(Ops.FUNCTION, fn.dtype, (body, *fn.src[1:])))
-    return UOp(Ops.FUNCTION, fn.dtype, (simplify_graph(body), *fn.src[1:]))
+    """Inline nested calls into one FUNCTION over PARAMs, then simplify."""
+    return UOp(Ops.FUNCTION, fn.dtype, (simplify_graph(inline_calls(fn.src[0])), *fn.src[1:]))
+
+
+def _tag(call_output: UOp) -> tuple:
+    """The PARAM tag of a call's body (custom rules trace their bodies with a tag of their own)."""
+    rule = call_output.src[0].arg
+    return tuple(getattr(rule, "tag", ()))
 
 
 @dataclass

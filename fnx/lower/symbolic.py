@@ -2,6 +2,8 @@
 and integer index arithmetic with value bounds (on kernel graphs)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fnx import dtypes
@@ -38,7 +40,8 @@ def _movement_of_const(m: UOp, c: UOp) -> UOp | None:
 # rules that hold for array graphs and kernel graphs alike
 algebra = PatternMatcher([
     (UPat(GroupOp.ALU, name="u"), _fold),
-    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(0)), commutative=True), lambda x: x),
+    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(0, "z")), commutative=True),  # -0.0 + 0.0 is 0.0: keep for floats
+     lambda x, z: x if not x.dtype.is_float or math.copysign(1.0, z.arg[0]) < 0 else None),
     (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(1)), commutative=True), lambda x: x),
     (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(0, "z")), commutative=True),
      lambda x, z: z if _is_int(x) else None),

@@ -2,6 +2,7 @@
 simplify_graph, and index expressions evaluated by brute force over every RANGE value before and after
 simplify_kernel. Also checks that the rules remove what they should."""
 import itertools
+import math
 
 import numpy as np
 from hypothesis import given, strategies as st
@@ -105,7 +106,9 @@ def left_over(root: UOp) -> list[UOp]:
         if u.op is Ops.CAST and u.dtype == u.src[0].dtype: bad.append(u)
         if u.op in GroupOp.Movement and u.src[0].op is Ops.CONST and u.op is not Ops.PAD: bad.append(u)
         if u.op is Ops.MUL and any(s.op is Ops.CONST and s.const_value == 1 for s in u.src): bad.append(u)
-        if u.op is Ops.ADD and any(s.op is Ops.CONST and s.const_value == 0 for s in u.src): bad.append(u)
+        if u.op is Ops.ADD and any(s.op is Ops.CONST and s.const_value == 0 and  # x + 0.0 stays: -0.0 + 0.0 = 0.0
+                                   (not u.dtype.is_float or math.copysign(1.0, s.const_value) < 0) for s in u.src):
+            bad.append(u)
         if u.op is Ops.WHERE and u.src[1] is u.src[2]: bad.append(u)
     return bad
 

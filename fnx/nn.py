@@ -1,0 +1,530 @@
+"""fnx.nn: jax.nn's activation functions, softmax family, one_hot and standardize, composed from fnx.numpy.
+
+Every function is an `eager_op` (outside a trace the whole call compiles and runs as one function) and computes in
+the input's float dtype, as jax.nn does. The initializers live in `fnx.initializers`, re-exported here as
+`fnx.nn.initializers`.
+
+    >>> import fnx.numpy as jnp, fnx.nn
+    >>> fnx.nn.softmax(jnp.array([0.0, 1.0, 2.0]))
+    Array([0.09003057, 0.24472848, 0.66524094], dtype=float32)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fnx import initializers
+from fnx import lax
+from fnx import numpy as jnp
+from fnx.errors import at_user_line
+from fnx.trace import Array, eager_op
+
+__all__ = ["celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "identity",
+           "initializers", "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6",
+           "selu", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "standardize", "swish", "tanh"]
+
+
+def _as_float(x: Any) -> Array:
+    """`x` as an Array of a float dtype (integers and bools promote as `x * 1.0` would)."""
+    x = jnp.asarray(x)
+    dtype = jnp.result_type(x, 1.0)
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+# ---- the error function (no erf in fnx.numpy or fnx.lax yet) ----
+
+_SQRT_PI = math.sqrt(math.pi)
+# Taylor coefficients of erf(x) / x in z = x*x: 2/sqrt(pi) * (-1)**n / (n! (2n + 1)), highest power first.
+_ERF_TAYLOR = {bits: [2 / _SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in reversed(range(terms))]
+               for bits, terms in ((32, 11), (64, 26))}
+# Per float width: |x| below which the Taylor series is used, continued-fraction depth above it, the |x| past which
+# erfc underflows to 0 (a cap that keeps x*x finite), and the grid that splits x so that x_hi**2 is exact.
+_ERFC_SPLIT = {32: (1.0, 30, 12.0, 64.0), 64: (1.5, 40, 30.0, 4096.0)}
+
+
+def _exp_minus_square(x: Array, grid: float) -> Array:
+    """exp(-x*x) without the error of rounding x*x: x = hi + lo with hi on a coarse grid, so hi*hi is exact."""
+    hi = jnp.floor(x * grid) / grid
+    return jnp.exp(-(hi * hi)) * jnp.exp(-((x - hi) * (x + hi)))
+
+
+def _erfc(x: Array) -> Array:
+    """The complementary error function 1 - erf(x), accurate to a few ulps (relative) also where it is tiny.
+
+    |x| < cut: 1 - erf(x) from erf's Taylor series. Beyond: erfc(|x|) = exp(-x^2) / sqrt(pi) * x / (x^2 + 1/2 -
+    1*2/4 / (x^2 + 5/2 - 3*4/4 / (x^2 + 9/2 - ...))), the even part of Laplace's continued fraction, evaluated from
+    a fixed depth; negative x use erfc(x) = 2 - erfc(-x). 16-bit floats compute in float32.
+    """
+    if x.dtype.itemsize < 4: return _erfc(x.astype(jnp.float32)).astype(x.dtype)
+    bits = 8 * x.dtype.itemsize
+    cut, depth, cap, grid = _ERFC_SPLIT[bits]
+    z = x * x
+    acc = jnp.full_like(x, _ERF_TAYLOR[bits][0])
+    for c in _ERF_TAYLOR[bits][1:]: acc = acc * z + c
+    near_zero = 1 - x * acc
+    a = jnp.clip(jnp.abs(x), cut, cap)
+    a2 = a * a
+    t = a2 + (0.5 + 2 * depth)
+    for k in range(depth, 0, -1):
+        t = a2 + (0.5 + 2 * (k - 1)) - ((2 * k - 1) * k / 2) / t
+    tail = _exp_minus_square(a, grid) * (a / t) / _SQRT_PI
+    far = jnp.where(x < 0, 2 - tail, tail)
+    return jnp.where(jnp.abs(x) < cut, near_zero, far)
+
+
+# ---- activations ----
+
+@eager_op
+def identity(x: Any) -> Array:
+    """The identity activation: returns `x` as an Array.
+
+    Args:
+      x: input array.
+
+    Returns:
+      `x` unchanged.
+    """
+    return jnp.asarray(x)
+
+
+@eager_op
+def relu(x: Any) -> Array:
+    """Rectified linear unit, max(x, 0) elementwise (NaN propagates).
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape and dtype as `x`.
+
+    Example:
+      >>> fnx.nn.relu(jnp.array([-2.0, 0.0, 3.0]))
+      Array([0., 0., 3.], dtype=float32)
+    """
+    return jnp.maximum(x, 0)
+
+
+@eager_op
+def relu6(x: Any) -> Array:
+    """ReLU capped at 6: min(max(x, 0), 6) elementwise.
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape and dtype as `x`.
+
+    Example:
+      >>> fnx.nn.relu6(jnp.array([-1.0, 3.0, 9.0]))
+      Array([0., 3., 6.], dtype=float32)
+    """
+    return jnp.minimum(jnp.maximum(x, 0), 6)
+
+
+@eager_op
+def sigmoid(x: Any) -> Array:
+    """The logistic sigmoid 1 / (1 + exp(-x)) elementwise; exactly 0 and 1 at -inf and inf.
+
+    Args:
+      x: input array (integers promote to float32).
+
+    Returns:
+      An array of the same shape as `x`, with values in [0, 1].
+
+    Example:
+      >>> fnx.nn.sigmoid(jnp.array([0.0]))
+      Array([0.5], dtype=float32)
+    """
+    return 1 / (1 + jnp.exp(-_as_float(x)))
+
+
+@eager_op
+def softplus(x: Any) -> Array:
+    """log(1 + exp(x)) elementwise, computed as max(x, 0) + log1p(exp(-|x|)) so large |x| neither overflow nor
+    lose precision.
+
+    Args:
+      x: input array (integers promote to float32).
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.softplus(jnp.array([0.0, 1000.0]))
+      Array([6.9314718e-01, 1.0000000e+03], dtype=float32)
+    """
+    x = _as_float(x)
+    return jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+@eager_op
+def log_sigmoid(x: Any) -> Array:
+    """log(sigmoid(x)) elementwise, computed as -softplus(-x) (stable for large |x|).
+
+    Args:
+      x: input array (integers promote to float32).
+
+    Returns:
+      An array of the same shape as `x`, with values <= 0.
+
+    Example:
+      >>> fnx.nn.log_sigmoid(jnp.array([-1000.0]))
+      Array([-1000.], dtype=float32)
+    """
+    return -softplus(-_as_float(x))
+
+
+@eager_op
+def silu(x: Any) -> Array:
+    """SiLU (swish): x * sigmoid(x) elementwise.
+
+    Args:
+      x: input array (integers promote to float32).
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.silu(jnp.array([0.0, 1.0]))
+      Array([0.       , 0.7310586], dtype=float32)
+    """
+    x = _as_float(x)
+    return x * sigmoid(x)
+
+
+swish = silu
+
+
+@eager_op
+def tanh(x: Any) -> Array:
+    """Hyperbolic tangent elementwise (the same function as fnx.numpy.tanh).
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`, with values in [-1, 1].
+    """
+    return jnp.tanh(x)
+
+
+@eager_op
+def gelu(x: Any, approximate: bool = True) -> Array:
+    """Gaussian error linear unit, x * Phi(x) with Phi the standard normal CDF.
+
+    Args:
+      x: input array (integers promote to float32).
+      approximate: True (the default, like JAX) uses the tanh form
+        0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); False uses the exact x * erfc(-x / sqrt(2)) / 2.
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.gelu(jnp.array([1.0]), approximate=False)
+      Array([0.8413447], dtype=float32)
+    """
+    x = _as_float(x)
+    if approximate:
+        return x * (0.5 * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x)))))
+    return x * (_erfc(-x * (1 / math.sqrt(2))) * 0.5)
+
+
+@eager_op
+def elu(x: Any, alpha: Any = 1.0) -> Array:
+    """Exponential linear unit: x where x > 0, alpha * (exp(x) - 1) elsewhere.
+
+    Args:
+      x: input array.
+      alpha: the scale of the negative part.
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.elu(jnp.array([-1.0, 2.0]))
+      Array([-0.63212055,  2.        ], dtype=float32)
+    """
+    x = _as_float(x)
+    positive = x > 0
+    return jnp.where(positive, x, alpha * jnp.expm1(jnp.where(positive, 0, x)))
+
+
+@eager_op
+def celu(x: Any, alpha: Any = 1.0) -> Array:
+    """Continuously differentiable ELU: max(x, 0) + alpha * min(exp(x / alpha) - 1, 0).
+
+    Args:
+      x: input array.
+      alpha: the scale of the negative part.
+
+    Returns:
+      An array of the same shape as `x`.
+    """
+    x = _as_float(x)
+    return jnp.maximum(x, 0) + alpha * jnp.expm1(jnp.minimum(x, 0) / alpha)
+
+
+@eager_op
+def selu(x: Any) -> Array:
+    """Scaled ELU: scale * elu(x, alpha) with the self-normalizing constants alpha = 1.67326..., scale = 1.05070...
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`.
+    """
+    return 1.0507009873554804934193349852946 * elu(x, 1.6732632423543772848170429916717)
+
+
+@eager_op
+def leaky_relu(x: Any, negative_slope: Any = 1e-2) -> Array:
+    """Leaky ReLU: x where x >= 0, negative_slope * x elsewhere.
+
+    Args:
+      x: input array.
+      negative_slope: the slope for negative inputs.
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.leaky_relu(jnp.array([-2.0, 2.0]))
+      Array([-0.02,  2.  ], dtype=float32)
+    """
+    x = jnp.asarray(x)
+    return jnp.where(x >= 0, x, negative_slope * x)
+
+
+@eager_op
+def hard_tanh(x: Any) -> Array:
+    """clip(x, -1, 1) elementwise.
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`.
+    """
+    return jnp.clip(x, -1, 1)
+
+
+@eager_op
+def hard_sigmoid(x: Any) -> Array:
+    """relu6(x + 3) / 6, a piecewise-linear sigmoid.
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`, with values in [0, 1].
+    """
+    return relu6(_as_float(x) + 3.0) / 6.0
+
+
+@eager_op
+def hard_silu(x: Any) -> Array:
+    """x * hard_sigmoid(x) (also called hard_swish).
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`.
+    """
+    x = _as_float(x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+@eager_op
+def soft_sign(x: Any) -> Array:
+    """x / (|x| + 1) elementwise.
+
+    Args:
+      x: input array.
+
+    Returns:
+      An array of the same shape as `x`, with values in (-1, 1).
+    """
+    x = _as_float(x)
+    return x / (jnp.abs(x) + 1)
+
+
+@eager_op
+def glu(x: Any, axis: int = -1) -> Array:
+    """Gated linear unit: splits `x` in two halves along `axis` and returns first * sigmoid(second).
+
+    Args:
+      x: input array; its size along `axis` must be even.
+      axis: the axis to split.
+
+    Returns:
+      An array with half the size of `x` along `axis`.
+    """
+    x = jnp.asarray(x)
+    size = x.shape[axis]
+    if size % 2:
+        raise ValueError(at_user_line(f"glu: axis {axis} of an input of shape {x.shape} must have an even size"))
+    first, second = jnp.split(x, 2, axis=axis)
+    return first * sigmoid(second)
+
+
+# ---- softmax family ----
+
+def _masked_max(x: Array, axis: Any, where: Any) -> Array:
+    """max over `axis` (kept as size-1 axes) ignoring masked-out elements, with the gradient stopped."""
+    return lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, where=where, initial=-jnp.inf))
+
+
+@eager_op
+def softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
+    """exp(x) / sum(exp(x)) over `axis`, computed after subtracting the maximum so nothing overflows.
+
+    Like JAX, entries that are -inf get probability 0, a row that is all -inf gives NaN, and elements masked out by
+    `where` give 0.
+
+    Args:
+      x: input array.
+      axis: the axis or axes to normalize over (None: all).
+      where: optional boolean mask of the elements to include.
+
+    Returns:
+      An array of the same shape as `x` that sums to 1 over `axis`.
+
+    Example:
+      >>> fnx.nn.softmax(jnp.array([1.0, 1.0]))
+      Array([0.5, 0.5], dtype=float32)
+    """
+    x = _as_float(x)
+    unnormalized = jnp.exp(x - _masked_max(x, axis, where))
+    if where is not None: unnormalized = jnp.where(where, unnormalized, 0)
+    return unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True, where=where)
+
+
+@eager_op
+def log_softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
+    """x - logsumexp(x) over `axis`, computed after subtracting the (gradient-stopped) maximum.
+
+    Args:
+      x: input array.
+      axis: the axis or axes to normalize over (None: all).
+      where: optional boolean mask of the elements to include; masked-out elements give -inf.
+
+    Returns:
+      An array of the same shape as `x` whose exp sums to 1 over `axis`.
+
+    Example:
+      >>> fnx.nn.log_softmax(jnp.array([0.0, 0.0]))
+      Array([-0.6931472, -0.6931472], dtype=float32)
+    """
+    x = _as_float(x)
+    shifted = x - _masked_max(x, axis, where)
+    total = jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True, where=where)
+    out = shifted - jnp.log(total)
+    return out if where is None else jnp.where(where, out, -jnp.inf)
+
+
+@eager_op
+def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, return_sign: bool = False,
+              where: Any = None) -> Array | tuple[Array, Array]:
+    """log(sum(b * exp(a))) over `axis`, without overflow; a row that is all -inf gives -inf.
+
+    Args:
+      a: input array.
+      axis: the axis or axes to reduce (None: all).
+      b: optional weights, broadcast against `a`; may be negative.
+      keepdims: keep the reduced axes with size 1.
+      return_sign: also return the sign of the sum (then the first result is log|sum|).
+      where: optional boolean mask of the elements to include.
+
+    Returns:
+      The log of the sum; with `return_sign`, a pair (log|sum|, sign). Without it, a negative sum gives NaN.
+
+    Example:
+      >>> fnx.nn.logsumexp(jnp.array([1000.0, 1000.0]))
+      Array(1000.6931, dtype=float32)
+    """
+    a = _as_float(a)
+    if b is not None: a, b = jnp.broadcast_arrays(a, b)
+    peak = _masked_max(a, axis, where)
+    peak = jnp.where(jnp.isfinite(peak), peak, 0)  # all -inf (or +inf) rows: shift by 0 instead of NaN
+    terms = jnp.exp(a - peak)
+    if b is not None: terms = terms * b
+    total = jnp.sum(terms, axis=axis, keepdims=True, where=where)
+    sign = jnp.sign(total)
+    out = jnp.log(jnp.abs(total)) + peak
+    if not keepdims:
+        axes = tuple(range(a.ndim)) if axis is None else axis
+        out, sign = jnp.squeeze(out, axes), jnp.squeeze(sign, axes)
+    if return_sign: return out, sign
+    return jnp.where(sign < 0, jnp.nan, out) if b is not None else out
+
+
+@eager_op
+def one_hot(x: Any, num_classes: int, *, dtype: Any = jnp.float32, axis: int = -1) -> Array:
+    """One-hot encode integer labels: out[..., i, ...] = (x == i) for i in range(num_classes).
+
+    Labels outside [0, num_classes) (negative ones included) encode as all zeros, like JAX.
+
+    Args:
+      x: array of labels.
+      num_classes: the size of the new axis.
+      dtype: the result's dtype (default float32).
+      axis: where the new axis goes in the result.
+
+    Returns:
+      An array of shape x.shape with `num_classes` inserted at `axis`.
+
+    Example:
+      >>> fnx.nn.one_hot(jnp.array([0, 2, 5]), 3)
+      Array([[1., 0., 0.],
+             [0., 0., 1.],
+             [0., 0., 0.]], dtype=float32)
+    """
+    x = jnp.asarray(x)
+    num_classes = int(num_classes)
+    out_ndim = x.ndim + 1
+    if not -out_ndim <= axis < out_ndim:
+        raise ValueError(at_user_line(f"one_hot: axis {axis} is out of bounds for a result of {out_ndim} dims"))
+    axis %= out_ndim
+    labels = jnp.expand_dims(x, axis)
+    classes = lax.broadcasted_iota(jnp.int32, [num_classes if i == axis else 1 for i in range(out_ndim)], axis)
+    return jnp.equal(labels, classes).astype(dtype)
+
+
+@eager_op
+def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, epsilon: Any = 1e-5,
+                where: Any = None, *, algorithm: str = "fast") -> Array:
+    """(x - mean) / sqrt(variance + epsilon), with mean and variance over `axis` unless given.
+
+    Args:
+      x: input array.
+      axis: the axis or axes to standardize over (None: all).
+      mean: optional mean to use instead of x's.
+      variance: optional variance to use instead of x's.
+      epsilon: added to the variance.
+      where: optional boolean mask of the elements that count towards the mean and variance.
+      algorithm: how to compute the variance: "fast" (JAX's default) as mean(x^2) - mean^2, or "stable" as
+        mean((x - mean)^2).
+
+    Returns:
+      An array of the same shape as `x`.
+
+    Example:
+      >>> fnx.nn.standardize(jnp.array([1.0, 3.0]))
+      Array([-0.999995,  0.999995], dtype=float32)
+    """
+    if algorithm not in ("fast", "stable"):
+        raise ValueError(at_user_line(f"standardize: algorithm must be 'fast' or 'stable', got {algorithm!r}"))
+    x = _as_float(x)
+    if mean is None: mean = jnp.mean(x, axis, keepdims=True, where=where)
+    if variance is None:
+        if algorithm == "fast":
+            variance = jnp.mean(jnp.square(x), axis, keepdims=True, where=where) - jnp.square(mean)
+        else:
+            variance = jnp.mean(jnp.square(x - mean), axis, keepdims=True, where=where)
+    return (x - mean) * jnp.rsqrt(variance + epsilon)

@@ -1,0 +1,157 @@
+"""Functions with their own derivative rules (custom_jvp, custom_vjp) and rematerialization (checkpoint).
+
+Each call becomes one CALL node: CALL(TUPLE(body outputs), args...) with the rule object as its arg, and the
+outputs are GETTUPLE(CALL, i). Lowering inlines the body (callify); the autodiff transforms look the rule up:
+
+- custom_jvp: forward mode calls the user's jvp; reverse mode transposes it (the jvp is linear in the tangents,
+  so the cotangents of the arguments are the vjp of `tangents -> jvp(primals, tangents)[1]`).
+- custom_vjp: reverse mode calls fwd then bwd; forward mode raises, as in JAX.
+- checkpoint: reverse mode recomputes the body from its arguments (kept behind CONTIGUOUS so the recomputation
+  is not merged with the forward pass by hash-consing) instead of keeping the forward intermediates.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from fnx import dtypes, tree_util
+from fnx.errors import at_user_line
+from fnx.trace import Array, _realize_tree, building, state, trace
+from fnx.uop import Ops, UOp
+
+_serial = itertools.count()
+
+
+@dataclass(eq=False)
+class CustomRule:
+    """The arg of a CALL node: which rule, the user's functions, and the static (non-differentiable) arguments."""
+    kind: str                         # "jvp" | "vjp" | "checkpoint"
+    fun: Callable
+    in_tree: Any
+    out_tree: Any
+    jvp: Callable | None = None
+    fwd: Callable | None = None
+    bwd: Callable | None = None
+    static: tuple = ()                # (position, value) of nondiff arguments
+    tag: tuple = field(default=())
+
+    def dynamic_args(self, leaves: Sequence[Any]) -> tuple:
+        """The dynamic (differentiable) arguments rebuilt from their leaves."""
+        return tuple(tree_util.tree_unflatten(self.in_tree, list(leaves)))
+
+    @property
+    def static_values(self) -> list:
+        return [v for _, v in self.static]
+
+    def __hash__(self) -> int: return id(self)
+
+
+def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial: int, **rules) -> Any:
+    """Trace `fun` on the dynamic arguments and return the GETTUPLE outputs of a CALL node."""
+    static = tuple((i, args[i]) for i in nondiff_argnums)
+    dynamic = tuple(a for i, a in enumerate(args) if i not in nondiff_argnums)
+    leaves, in_tree = tree_util.tree_flatten(dynamic)
+    positions = dict(static)
+
+    def body(*dyn):
+        it = iter(dyn)
+        return fun(*[positions[i] if i in positions else next(it) for i in range(len(args))])
+    traced = trace(body, dynamic, transform=True, tag=("call", serial))
+    rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
+    arg_uops = [_leaf(x, p) for x, p in zip(leaves, traced.fn.src[1:])]
+    call = UOp(Ops.CALL, dtypes.bool_, (traced.body, *arg_uops), rule)
+    outs = [Array(UOp(Ops.GETTUPLE, o.dtype, (call,), i), w)
+            for i, (o, w) in enumerate(zip(traced.body.src, traced.out_weak))]
+    out = tree_util.tree_unflatten(traced.out_tree, outs)
+    return _realize_tree(out) if not state.depth else out
+
+
+_rules: dict = {}
+
+
+def _rules_cache(kind, fun, in_tree, out_tree, static, serial, rules) -> CustomRule:
+    """One rule object per (function, structure, static args), so equal calls build equal (cacheable) graphs."""
+    key = (serial, in_tree, out_tree, _hashable(static))
+    if key not in _rules:
+        _rules[key] = CustomRule(kind, fun, in_tree, out_tree, static=static, tag=("call", serial), **rules)
+    return _rules[key]
+
+
+def _hashable(static: tuple) -> Any:
+    try:
+        hash(static)
+        return static
+    except TypeError:
+        return id(static)
+
+
+def _leaf(x: Any, param: UOp) -> UOp:
+    from fnx.lax import to_array
+    return x.uop if isinstance(x, Array) else to_array(x, param.dtype).uop
+
+
+class custom_jvp:
+    """A function with a custom forward-mode derivative (reverse mode transposes it), like jax.custom_jvp.
+
+    Example:
+      >>> @fnx.custom_jvp
+      ... def f(x): return jnp.sin(x)
+      >>> @f.defjvp
+      ... def f_jvp(primals, tangents):
+      ...     (x,), (t,) = primals, tangents
+      ...     return jnp.sin(x), jnp.cos(x) * t
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        self.fun, self.nondiff_argnums, self.jvp = fun, tuple(nondiff_argnums), None
+        self.serial = next(_serial)
+        functools.update_wrapper(self, fun)
+
+    def defjvp(self, jvp: Callable) -> Callable:
+        self.jvp = jvp
+        return jvp
+
+    def __call__(self, *args):
+        if self.jvp is None:
+            raise AttributeError(at_user_line(f"custom_jvp {self.fun.__name__} has no jvp rule: call .defjvp first"))
+        with building():
+            out = _call("jvp", self.fun, args, self.nondiff_argnums, self.serial, jvp=self.jvp)
+        return _realize_tree(out) if not state.depth else out
+
+
+class custom_vjp:
+    """A function with a custom reverse-mode derivative, like jax.custom_vjp: `f.defvjp(fwd, bwd)` where
+    `fwd(*args) -> (out, residuals)` and `bwd(residuals, cotangent) -> tuple of cotangents per argument`."""
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        self.fun, self.nondiff_argnums, self.fwd, self.bwd = fun, tuple(nondiff_argnums), None, None
+        self.serial = next(_serial)
+        functools.update_wrapper(self, fun)
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args):
+        if self.fwd is None:
+            raise AttributeError(at_user_line(f"custom_vjp {self.fun.__name__} has no rule: call .defvjp first"))
+        with building():
+            out = _call("vjp", self.fun, args, self.nondiff_argnums, self.serial, fwd=self.fwd, bwd=self.bwd)
+        return _realize_tree(out) if not state.depth else out
+
+
+def checkpoint(fun: Callable, *, static_argnums: Sequence[int] = (), **unused) -> Callable:
+    """Rematerialize `fun` in the backward pass: its intermediates are recomputed from its inputs instead of
+    being kept from the forward pass (jax.checkpoint / jax.remat)."""
+    serial = next(_serial)
+
+    @functools.wraps(fun)
+    def wrapped(*args):
+        with building():
+            out = _call("checkpoint", fun, args, tuple(static_argnums), serial)
+        return _realize_tree(out) if not state.depth else out
+    return wrapped
+
+
+remat = checkpoint

@@ -1,0 +1,422 @@
+"""Reverse-mode autodiff: vjp, grad, value_and_grad, jacrev.
+
+The whole idea, as in micrograd: trace the function into a graph, then walk the graph from the output back to
+the inputs, in reverse topological order. Each node receives the sum of the cotangents its users send it, and
+its primitive's rule in `vjp_rules` turns that into one cotangent per source:
+
+    vjp_rules[Ops.MUL] = lambda g, u, x, y: (g * y, g * x)      # d(x*y) = y dx + x dy
+
+The backward pass is itself a graph over the function's PARAMs and the cotangents: it can be jitted, run
+eagerly, or differentiated again (grad of grad). Only floating-point values carry cotangents.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fnx import dtypes, lax, tree_util
+from fnx.errors import UnsupportedError, at_user_line
+from fnx.trace import Array, _realize_tree, building, inline, state, trace
+from fnx.uop import Ops, UOp
+
+# ---- the backward pass over a graph ----
+
+
+def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
+    """Nodes under `outs` that depend on some node of `wrt` through float values (a CALL carries its outputs')."""
+    live = set(wrt)
+    for u in _graph(outs):
+        if u not in live and any(s in live for s in u.src[1:] if u.op is Ops.CALL) or \
+                u.op is not Ops.CALL and any(s in live for s in u.src) and u.dtype.is_float:
+            live.add(u)
+    return live
+
+
+def _graph(outs: list[UOp]) -> list[UOp]:
+    """The nodes under `outs`, sources first, not descending into call bodies (they are rewritten per call)."""
+    order, seen, stack = [], set(), [(o, False) for o in reversed(outs)]
+    while stack:
+        u, done = stack.pop()
+        if done:
+            order.append(u)
+        elif u not in seen:
+            seen.add(u)
+            stack.append((u, True))
+            stack.extend((s, False) for s in reversed(u.src[1:] if u.op in (Ops.CALL, Ops.FUNCTION) else u.src))
+    return order
+
+
+def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) -> list[Array | None]:
+    """Cotangents of `wrt` given cotangents of `outs` (None: zero). Builds graph; call inside `building()`."""
+    live = _depends(outs, wrt)
+    grads: dict[UOp, Any] = {}
+
+    def send(u: UOp, g: Array | None) -> None:
+        if g is None or u not in live: return
+        grads[u] = g if u not in grads else grads[u] + g
+
+    for o, ct in zip(outs, cotangents): send(o, ct)
+    stop = set(wrt)
+    for u in reversed(_graph(outs)):
+        if u not in grads or u in stop: continue
+        if u.op is Ops.GETTUPLE:  # a call's cotangent is one entry per output, collected here
+            call_cts = grads.setdefault(u.src[0], {})
+            call_cts[u.arg] = grads[u] if u.arg not in call_cts else call_cts[u.arg] + grads[u]
+            live.add(u.src[0])
+            continue
+        if u.op is Ops.CALL:
+            cts = [grads[u].get(i) for i in range(len(u.src[0].src))]
+            for s, g in zip(u.src[1:], call_vjp(u, cts)): send(s, g)
+            continue
+        rule = vjp_rules.get(u.op)
+        if rule is None:
+            raise UnsupportedError(at_user_line(f"grad: no reverse-mode rule for primitive {u.op.name}"))
+        for s, g in zip(u.src, rule(grads[u], u, *[Array(s) for s in u.src])):
+            send(s, g)
+    return [grads.get(w) for w in wrt]
+
+
+def call_vjp(call: UOp, cts: list[Array | None]) -> list[Array | None]:
+    """Cotangents of a CALL's arguments: through its custom rule, or by differentiating its body."""
+    from fnx.transforms.jvp import call_tangents
+    rule, body, args = call.arg, call.src[0], list(call.src[1:])
+    params = sorted((p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag), key=lambda p: p.arg[0])
+    by_slot = {p.arg[0]: p for p in params}
+    outs = list(body.src)
+    cts = [c if c is not None or not o.dtype.is_float else lax.full(o.shape, 0, o.dtype) for c, o in zip(cts, outs)]
+    if rule.kind == "vjp":
+        primals = rule.dynamic_args([Array(a) for a in args])
+        out, residuals = rule.fwd(*_with_static(rule, primals))
+        ct_tree = tree_util.tree_unflatten(rule.out_tree, [c if c is not None else None for c in cts])
+        result = rule.bwd(*rule.static_values, residuals, ct_tree)
+        return [lax.to_array(g) if g is not None else None for g in tree_util.tree_leaves(tuple(result))]
+    if rule.kind == "jvp":  # transpose the user's jvp: it is linear in the tangents
+        tangents = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device, "tangent", id(call))) for i, a in enumerate(args)]
+        _, tangent_outs = call_tangents(call, [Array(a) for a in args], [Array(t) for t in tangents])
+        grads = backward([t.uop for t in tangent_outs], cts, tangents)
+        return [g if a.dtype.is_float else None for g, a in zip(grads, args)]
+    # checkpoint: recompute the body from its arguments, kept apart from the forward pass by CONTIGUOUS
+    grads = backward(outs, cts, [by_slot[i] for i in range(len(args))])
+    fresh = {by_slot[i]: UOp(Ops.CONTIGUOUS, a.dtype, (a,)) for i, a in enumerate(args)}
+    from fnx.rewrite import substitute
+    return [Array(substitute(g.uop, fresh)) if g is not None else None for g in grads]
+
+
+def _with_static(rule, primals: tuple) -> list:
+    """The full argument list of a custom function: static (nondiff) arguments at their positions."""
+    positions, it = dict(rule.static), iter(primals)
+    return [positions[i] if i in positions else next(it) for i in range(len(rule.static) + len(primals))]
+
+
+# ---- the user-facing transforms ----
+
+def _argnums_tuple(argnums: int | Sequence[int], nargs: int, name: str) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if not -nargs <= n < nargs:
+            raise ValueError(at_user_line(f"{name}: argnums {argnums} out of range for {nargs} positional arguments"))
+    return tuple(n % nargs for n in nums)
+
+
+def _zeros_like(leaf: Any) -> Array:
+    shape, dtype = np.shape(leaf), dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.float32
+    return lax.full(shape, 0, dtype)
+
+
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """Evaluate `fun(*primals)` and return it with a function that pulls output cotangents back to the inputs.
+
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees), or `(out, aux)` with `has_aux=True`.
+      *primals: the point to differentiate at.
+
+    Returns:
+      `(out, vjp_fn)` or `(out, vjp_fn, aux)`. `vjp_fn(cotangent)` takes a pytree shaped like `out` and returns
+      a tuple with one cotangent pytree per primal (zeros for integer inputs).
+
+    Example:
+      >>> y, pullback = fnx.vjp(jnp.sin, 0.5)
+      >>> pullback(1.0)   # (cos(0.5),)
+    """
+    traced = trace(fun, primals, transform=True)
+    leaves = tree_util.tree_leaves(primals)
+    params = list(traced.fn.src[1:])
+    body_outs = list(traced.body.src)
+    out_tree = traced.out_tree
+    if has_aux:
+        out_tree, aux_tree, n_out = _split_aux(out_tree)
+    else:
+        n_out = len(body_outs)
+    with building():
+        values = inline(traced, body_outs, leaves)
+    arrays = [Array(u, w) for u, w in zip(values, traced.out_weak)]
+    out = _finish(tree_util.tree_unflatten(out_tree, arrays[:n_out]))
+    aux = _finish(tree_util.tree_unflatten(aux_tree, arrays[n_out:])) if has_aux else None
+
+    def vjp_fn(cotangent: Any) -> tuple:
+        ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise TypeError(at_user_line(f"vjp: cotangent structure {ct_tree} does not match the output {out_tree}"))
+        with building():
+            cts = []
+            for ct, o in zip(ct_leaves, body_outs[:n_out]):
+                c = lax.to_array(ct)
+                if c.shape != o.shape:
+                    raise TypeError(at_user_line(f"vjp: cotangent of shape {c.shape} for an output of shape {o.shape}"))
+                cts.append(lax.convert_element_type(c, o.dtype) if o.dtype.is_float else None)
+            grads = backward(body_outs[:n_out], cts, params)
+            grads = [g if g is not None else lax.full(p.shape, 0, p.dtype) for g, p in zip(grads, params)]
+            grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves)]
+        return _finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)))
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _split_aux(out_tree) -> tuple:
+    """(out treedef, aux treedef, number of out leaves) for a function returning (out, aux)."""
+    children = out_tree.children()
+    if len(children) != 2:
+        raise TypeError(at_user_line("has_aux=True requires the function to return a pair (output, aux)"))
+    return children[0], children[1], children[0].num_leaves
+
+
+def _finish(tree: Any) -> Any:
+    """Outside any trace, run what a transform built; inside one, leave it lazy."""
+    return _realize_tree(tree) if not state.depth else tree
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """A function returning `(fun(*args), gradient of fun with respect to args[argnums])`.
+
+    `fun` must return a scalar float (or `(scalar, aux)` with `has_aux`). With a tuple `argnums` the gradient is
+    a tuple. Integer inputs raise TypeError, as in JAX.
+
+    Example:
+      >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
+      (Array(5.), Array([0., 2., 4.]))
+    """
+    def wrapped(*args, **kwargs):
+        nums = _argnums_tuple(argnums, len(args), "grad")
+        for n in nums:
+            for leaf in tree_util.tree_leaves(args[n]):
+                dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
+                if not dt.is_float:
+                    raise TypeError(at_user_line(f"grad requires real-valued (float) inputs, but argument {n} has "
+                                                 f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
+
+        def partial_fun(*diff_args):
+            full = list(args)
+            for n, a in zip(nums, diff_args): full[n] = a
+            return fun(*full, **kwargs)
+        result = vjp(partial_fun, *[args[n] for n in nums], has_aux=has_aux)
+        out, pullback = result[0], result[1]
+        value = out
+        leaves = tree_util.tree_leaves(value)
+        if len(leaves) != 1 or np.shape(leaves[0]) != () or not dtypes.to_dtype(leaves[0].dtype).is_float:
+            shapes = [tuple(np.shape(v)) for v in leaves]
+            raise TypeError(at_user_line(f"grad requires a scalar float output, got outputs of shape {shapes}; "
+                                         "use jacrev or vjp for non-scalar outputs"))
+        grads = pullback(tree_util.tree_unflatten(tree_util.tree_structure(value), [lax.full((), 1.0, dtypes.to_dtype(
+            leaves[0].dtype))]))
+        grads = grads[0] if isinstance(argnums, int) else grads
+        return ((value, result[2]), grads) if has_aux else (value, grads)
+    return wrapped
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The gradient of a scalar-valued `fun` with respect to `args[argnums]` (see `value_and_grad`).
+
+    Example:
+      >>> fnx.grad(jnp.sin)(0.0)
+      Array(1., dtype=float32)
+    """
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    def wrapped(*args, **kwargs):
+        (value, grads) = vg(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+    return wrapped
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of `fun` by reverse mode: one pullback per output element.
+
+    For outputs of shape S and an input of shape T the result has shape S + T (pytrees: nested like JAX).
+    """
+    def wrapped(*args, **kwargs):
+        nums = _argnums_tuple(argnums, len(args), "jacrev")
+
+        def partial_fun(*diff_args):
+            full = list(args)
+            for n, a in zip(nums, diff_args): full[n] = a
+            return fun(*full, **kwargs)
+        result = vjp(partial_fun, *[args[n] for n in nums], has_aux=has_aux)
+        out, pullback = result[0], result[1]
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        in_leaves, in_tree = tree_util.tree_flatten(tuple(args[n] for n in nums))
+        rows_per_out = []
+        for i, o in enumerate(out_leaves):
+            size, rows = int(math.prod(np.shape(o))), []
+            for k in range(size):
+                basis = [lax.full(np.shape(v), 0, dtypes.to_dtype(v.dtype)) for v in out_leaves]
+                basis[i] = _one_hot_flat(np.shape(o), dtypes.to_dtype(o.dtype), k)
+                rows.append(tree_util.tree_leaves(pullback(tree_util.tree_unflatten(out_tree, basis))))
+            rows_per_out.append(_stack_rows(rows, np.shape(o), in_leaves))
+        jac = [tree_util.tree_unflatten(in_tree, r) for r in rows_per_out]
+        jac = [j[0] if isinstance(argnums, int) else j for j in jac]
+        jac = tree_util.tree_unflatten(out_tree, jac)
+        return (jac, result[2]) if has_aux else jac
+    return wrapped
+
+
+def _one_hot_flat(shape: tuple, dtype, k: int) -> Array:
+    import fnx.numpy as jnp
+    return jnp.reshape(jnp.arange(int(math.prod(shape))) == k, shape).astype(dtype.np)
+
+
+def _stack_rows(rows: list[list[Array]], out_shape: tuple, in_leaves: list) -> list[Array]:
+    """Per input leaf, the Jacobian block of shape out_shape + in_shape from per-output-element rows."""
+    import fnx.numpy as jnp
+    blocks = []
+    for j, leaf in enumerate(in_leaves):
+        in_shape = tuple(np.shape(leaf))
+        parts = [r[j] for r in rows]
+        stacked = jnp.stack(parts) if parts else jnp.zeros((0,) + in_shape)
+        blocks.append(jnp.reshape(stacked, tuple(out_shape) + in_shape))
+    return blocks
+
+
+# ---- helpers for the rules ----
+
+def _unbroadcast_sum(g: Array, x: UOp) -> Array:
+    """Sum g over the axes where x was broadcast (EXPAND's cotangent)."""
+    axes = tuple(i for i, (s, t) in enumerate(zip(x.shape, g.shape)) if s != t)
+    return lax.reduce_sum(g, axes, keepdims=True) if axes else g
+
+
+def _float(x: Array) -> bool:
+    return x.uop.dtype.is_float
+
+
+def _max_vjp(g: Array, u: UOp, x: Array, y: Array) -> tuple:
+    # ties share the cotangent equally, as in JAX
+    import fnx.numpy as jnp
+    half = jnp.where(x == y, 0.5, 0.0).astype(g.dtype)
+    gx = jnp.where(x > y, g, 0.0).astype(g.dtype) + g * half
+    gy = jnp.where(y > x, g, 0.0).astype(g.dtype) + g * half
+    return (gx, gy) if _float(x) else (None, None)
+
+
+def _reduce_vjp(g: Array, u: UOp, x: Array) -> tuple:
+    import fnx.numpy as jnp
+    op, axes = u.arg
+    if not _float(x): return (None,)
+    if op is Ops.ADD: return (lax.expand(g, x.shape),)
+    full = lax.expand(Array(u), x.shape)
+    if op is Ops.MAX:  # the maximum's cotangent is shared by the elements that reach it
+        hit = (x == full).astype(g.dtype)
+        count = lax.reduce_sum(hit, axes, keepdims=True)
+        return (lax.expand(g / count, x.shape) * hit,)
+    return (lax.expand(g, x.shape) * _product_of_others(x, axes),)
+
+
+def _product_of_others(x: Array, axes: tuple[int, ...]) -> Array:
+    """For each element, the product of the other elements of its reduction group (exact with zeros)."""
+    import fnx.numpy as jnp
+    keep = [i for i in range(x.ndim) if i not in axes]
+    moved = lax.transpose(x, keep + list(axes))
+    n = int(math.prod(x.shape[a] for a in axes))
+    flat = jnp.reshape(moved, tuple(x.shape[i] for i in keep) + (n,))
+    ones = jnp.ones(flat.shape[:-1] + (1,), flat.dtype)
+    before = jnp.concatenate([ones, lax.cumprod(flat, axis=flat.ndim - 1)[..., :-1]], axis=-1)
+    after = jnp.flip(jnp.concatenate([ones, lax.cumprod(jnp.flip(flat, -1), axis=flat.ndim - 1)[..., :-1]], axis=-1), -1)
+    others = jnp.reshape(before * after, moved.shape)
+    inverse = np.argsort(keep + list(axes))
+    return lax.transpose(others, tuple(int(i) for i in inverse))
+
+
+def _index_vjp(g: Array, u: UOp, x: Array, idx: Array) -> tuple:
+    """Gather's cotangent: a scatter-add of g at the (clamped) indices, O(number of indices)."""
+    import fnx.numpy as jnp
+    if not _float(x): return (None, None)
+    n = x.shape[u.arg]
+    clamped = jnp.clip(idx, 0, n - 1)
+    return (lax.scatter_axis(lax.full(x.shape, 0, x.uop.dtype), clamped, g, u.arg, "add"), None)
+
+
+def _scatter_vjp(g: Array, u: UOp, x: Array, idx: Array, upd: Array) -> tuple:
+    import fnx.numpy as jnp
+    axis, mode = u.arg
+    if not _float(x): return (None, None, None)
+    n = x.shape[axis]
+    inside = ((idx >= 0) & (idx < n))
+    inside = lax.broadcast_in_dim(inside, upd.shape, tuple(range(axis, axis + idx.ndim)))
+    g_upd = jnp.where(inside, lax.gather_axis(g, idx, axis), 0.0).astype(g.dtype)
+    if mode == "add": return (g, None, g_upd)
+    if mode == "set":  # overwritten positions get no cotangent
+        zeros = lax.full(upd.shape, 0, g.uop.dtype)
+        return (lax.scatter_axis(g, idx, zeros, axis, "set"), None, g_upd)
+    raise UnsupportedError(at_user_line(f"grad: no reverse-mode rule for SCATTER with mode {mode!r}"))
+
+
+def _cast_vjp(g: Array, u: UOp, x: Array) -> tuple:
+    return (lax.convert_element_type(g, x.uop.dtype) if _float(x) and u.dtype.is_float else None,)
+
+
+def _movement_vjp(g: Array, u: UOp, x: Array) -> tuple:
+    op, arg = u.op, u.arg
+    if op is Ops.RESHAPE: return (lax.reshape(g, x.shape),)
+    if op is Ops.PERMUTE: return (lax.transpose(g, tuple(int(i) for i in np.argsort(arg))),)
+    if op is Ops.EXPAND: return (_unbroadcast_sum(g, x.uop),)
+    if op is Ops.PAD: return (lax.slice(g, [b for b, _ in arg], [b + s for (b, _), s in zip(arg, x.shape)]),)
+    if op is Ops.SHRINK: return (lax.pad(g, 0, [(b, s - e, 0) for (b, e), s in zip(arg, x.shape)]),)
+    return (lax.rev(g, tuple(i for i, f in enumerate(arg) if f)),)  # FLIP
+
+
+def _floats(rule: Callable) -> Callable:
+    """A rule that applies only when the node is floating point (integer values carry no cotangent)."""
+    def wrapped(g, u, *srcs):
+        return rule(g, u, *srcs) if u.dtype.is_float else tuple(None for _ in srcs)
+    return wrapped
+
+
+def _no_grad(g, u, *srcs):
+    return tuple(None for _ in srcs)
+
+
+LN2 = math.log(2.0)
+
+
+def _cos(x: Array) -> Array:
+    import fnx.numpy as jnp
+    return jnp.cos(x)
+
+
+# ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
+vjp_rules: dict[Ops, Callable] = {}
+for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): vjp_rules[_op] = _no_grad
+for _op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP): vjp_rules[_op] = _movement_vjp
+vjp_rules[Ops.INDEX] = _index_vjp
+vjp_rules[Ops.REDUCE] = _reduce_vjp
+vjp_rules[Ops.SCATTER] = _scatter_vjp
+vjp_rules[Ops.RECIP] = _floats(lambda g, u, x: (-g * Array(u) * Array(u),))
+vjp_rules[Ops.SQRT] = _floats(lambda g, u, x: (g / (2 * Array(u)),))
+vjp_rules[Ops.EXP2] = _floats(lambda g, u, x: (g * Array(u) * LN2,))
+vjp_rules[Ops.LOG2] = _floats(lambda g, u, x: (g / (x * LN2),))
+vjp_rules[Ops.SIN] = _floats(lambda g, u, x: (g * _cos(x),))
+vjp_rules[Ops.TRUNC] = _no_grad
+vjp_rules[Ops.CAST] = _cast_vjp
+vjp_rules[Ops.BITCAST] = _no_grad
+vjp_rules[Ops.ADD] = _floats(lambda g, u, x, y: (g, g))
+vjp_rules[Ops.MUL] = _floats(lambda g, u, x, y: (g * y, g * x))
+vjp_rules[Ops.DIV] = _floats(lambda g, u, x, y: (g / y, -g * Array(u) / y))
+vjp_rules[Ops.MAX] = _max_vjp
+vjp_rules[Ops.MOD] = _floats(lambda g, u, x, y: (g, -g * lax.trunc(x / y)))
+for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): vjp_rules[_op] = _no_grad
+vjp_rules[Ops.WHERE] = _floats(lambda g, u, c, a, b: (None, lax.select(c, g, lax.full(g.shape, 0, g.uop.dtype)),
+                                                       lax.select(c, lax.full(g.shape, 0, g.uop.dtype), g)))
+vjp_rules[Ops.CONTIGUOUS] = lambda g, u, x: (g,)
+vjp_rules[Ops.DETACH] = _no_grad
+vjp_rules[Ops.COPY] = lambda g, u, x: (g,)

@@ -1,0 +1,283 @@
+"""Forward-mode autodiff: jvp, linearize, jacfwd, hessian.
+
+Walk the graph from the inputs to the outputs in topological order; every node's tangent comes from its
+sources' tangents by its primitive's rule in `jvp_rules` (None is a symbolic zero and is never materialized):
+
+    jvp_rules[Ops.MUL] = lambda u, (x, y), (tx, ty): tx * y + x * ty
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fnx import dtypes, lax, tree_util
+from fnx.errors import UnsupportedError, at_user_line
+from fnx.trace import Array, building, inline, trace
+from fnx.transforms.grad import _argnums_tuple, _finish, _graph, _product_of_others, jacrev
+from fnx.uop import Ops, UOp
+
+
+def forward(outs: list[UOp], wrt: list[UOp], tangents: list[Array | None]) -> list[Array | None]:
+    """Tangents of `outs` given tangents of `wrt` (None: zero). Builds graph; call inside `building()`."""
+    tans: dict[UOp, Any] = {w: t for w, t in zip(wrt, tangents) if t is not None}
+    for u in _graph(outs):
+        if u in tans or not any(s in tans for s in u.src): continue
+        if u.op is Ops.CALL:
+            _, touts = call_tangents(u, [Array(s) for s in u.src[1:]], [tans.get(s) for s in u.src[1:]])
+            tans[u] = touts
+            continue
+        if u.op is Ops.GETTUPLE:
+            t = tans[u.src[0]][u.arg]
+            if t is not None: tans[u] = t
+            continue
+        if not u.dtype.is_float: continue
+        rule = jvp_rules.get(u.op)
+        if rule is None:
+            raise UnsupportedError(at_user_line(f"jvp: no forward-mode rule for primitive {u.op.name}"))
+        t = rule(u, [Array(s) for s in u.src], [tans.get(s) for s in u.src])
+        if t is not None: tans[u] = t
+    return [tans.get(o) for o in outs]
+
+
+def call_tangents(call: UOp, primals: list[Array], tangents: list[Array | None]) -> tuple[list, list]:
+    """(primal outputs, tangent outputs) of a CALL: the custom jvp, or the body's own derivative."""
+    rule, body = call.arg, call.src[0]
+    if rule.kind == "vjp":
+        raise TypeError(at_user_line(f"can't apply forward-mode autodiff (jvp) to a custom_vjp function "
+                                     f"({getattr(rule.fun, '__name__', 'function')}); use custom_jvp"))
+    if rule.kind == "jvp":
+        zeros = [t if t is not None else lax.full(p.shape, 0, p.uop.dtype) for t, p in zip(tangents, primals)]
+        p_args = rule.dynamic_args(primals)
+        t_args = rule.dynamic_args(zeros)
+        out, tout = rule.jvp(*rule.static_values, p_args, t_args)
+        outs = [lax.to_array(o) for o in tree_util.tree_leaves(out)]
+        touts = [lax.to_array(t) for t in tree_util.tree_leaves(tout)]
+        return outs, touts
+    params = sorted((p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag), key=lambda p: p.arg[0])
+    from fnx.rewrite import substitute
+    mapping = {p: a.uop for p, a in zip(params, primals)}
+    inner = forward(list(body.src), params, tangents)
+    outs = [Array(substitute(o, mapping)) for o in body.src]
+    return outs, [Array(substitute(t.uop, mapping)) if t is not None else None for t in inner]
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> tuple:
+    """Evaluate `fun` at `primals` and its directional derivative along `tangents` (jax.jvp).
+
+    Returns `(primals_out, tangents_out)` (plus `aux` with has_aux).
+
+    Example:
+      >>> fnx.jvp(jnp.sin, (0.0,), (1.0,))
+      (Array(0.), Array(1.))
+    """
+    primals, tangents = tuple(primals), tuple(tangents)
+    if tree_util.tree_structure(primals) != tree_util.tree_structure(tangents):
+        raise TypeError(at_user_line("jvp: primals and tangents must have the same pytree structure"))
+    traced = trace(fun, primals, transform=True)
+    leaves = tree_util.tree_leaves(primals)
+    t_leaves = tree_util.tree_leaves(tangents)
+    for p, t in zip(leaves, t_leaves):
+        if np.shape(p) != np.shape(t):
+            raise TypeError(at_user_line(f"jvp: tangent of shape {np.shape(t)} for a primal of shape {np.shape(p)}"))
+    params = list(traced.fn.src[1:])
+    with building():
+        t_arrays = [lax.convert_element_type(lax.to_array(t), p.dtype) if p.dtype.is_float else None
+                    for t, p in zip(t_leaves, params)]
+        body_outs = list(traced.body.src)
+        touts = forward(body_outs, params, t_arrays)
+        touts = [t if t is not None else lax.full(o.shape, 0, o.dtype) for t, o in zip(touts, body_outs)]
+        values = inline(traced, body_outs + [t.uop for t in touts], leaves)
+    n = len(body_outs)
+    outs = [Array(u, w) for u, w in zip(values[:n], traced.out_weak)]
+    tans = [Array(u) for u in values[n:]]
+    out_tree = traced.out_tree
+    if has_aux:
+        out_tree, aux_tree = out_tree.children()
+        k = out_tree.num_leaves
+        aux = tree_util.tree_unflatten(aux_tree, outs[k:])
+        return _finish((tree_util.tree_unflatten(out_tree, outs[:k]), tree_util.tree_unflatten(out_tree, tans[:k]),
+                        aux))
+    return _finish((tree_util.tree_unflatten(out_tree, outs), tree_util.tree_unflatten(out_tree, tans)))
+
+
+def linearize(fun: Callable, *primals: Any) -> tuple:
+    """`(fun(*primals), f_jvp)` where `f_jvp(*tangents)` is the jvp at `primals` (a linear function)."""
+    out = fun(*primals)
+
+    def f_jvp(*tangents):
+        return jvp(fun, primals, tangents)[1]
+    return out, f_jvp
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian of `fun` by forward mode: one jvp per input element; shape out_shape + in_shape."""
+    import fnx.numpy as jnp
+
+    def wrapped(*args, **kwargs):
+        nums = _argnums_tuple(argnums, len(args), "jacfwd")
+        diff = [args[n] for n in nums]
+
+        def partial_fun(*d):
+            full = list(args)
+            for n, a in zip(nums, d): full[n] = a
+            return fun(*full, **kwargs)
+        in_leaves, in_tree = tree_util.tree_flatten(tuple(diff))
+        columns: list[list[Array]] = []  # per input leaf: the tangent outputs for each basis vector
+        aux = None
+        for j, leaf in enumerate(in_leaves):
+            shape, dt = tuple(np.shape(leaf)), dtypes.to_dtype(leaf.dtype)
+            cols = []
+            for k in range(int(math.prod(shape))):
+                basis = [lax.full(np.shape(v), 0, dtypes.to_dtype(v.dtype)) for v in in_leaves]
+                basis[j] = jnp.reshape(jnp.arange(int(math.prod(shape))) == k, shape).astype(dt.np)
+                res = jvp(partial_fun, tuple(diff), tuple(tree_util.tree_unflatten(in_tree, basis)), has_aux=has_aux)
+                out_tree = tree_util.tree_structure(res[0])
+                aux = res[2] if has_aux else None
+                cols.append(tree_util.tree_leaves(res[1]))
+            columns.append((shape, cols))
+        out_example = tree_util.tree_leaves(res[0])
+        per_out = []
+        for i, o in enumerate(out_example):
+            blocks = []
+            for shape, cols in columns:
+                stacked = jnp.stack([c[i] for c in cols], axis=-1) if cols else jnp.zeros(np.shape(o) + (0,))
+                blocks.append(jnp.reshape(stacked, tuple(np.shape(o)) + shape))
+            tree = tree_util.tree_unflatten(in_tree, blocks)
+            per_out.append(tree[0] if isinstance(argnums, int) else tree)
+        jac = tree_util.tree_unflatten(out_tree, per_out)
+        return (jac, aux) if has_aux else jac
+    return wrapped
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The Hessian of a scalar `fun`: jacfwd of jacrev."""
+    return jacfwd(jacrev(fun, argnums), argnums)
+
+
+# ---- helpers for the rules ----
+
+def _zero_if_none(t: Array | None, like: Array) -> Array:
+    return t if t is not None else lax.full(like.shape, 0, like.uop.dtype)
+
+
+def _linear(build: Callable) -> Callable:
+    """A rule for an op that is linear in its (single) float source: apply the same op to the tangent."""
+    def rule(u, srcs, tans):
+        return None if tans[0] is None else build(u, tans[0])
+    return rule
+
+
+def _same_op(u: UOp, t: Array) -> Array:
+    return Array(UOp(u.op, t.uop.dtype, (t.uop,), u.arg))
+
+
+def _add(u, srcs, tans):
+    tx, ty = tans
+    return tx if ty is None else ty if tx is None else tx + ty
+
+
+def _mul(u, srcs, tans):
+    (x, y), (tx, ty) = srcs, tans
+    parts = [p for p in (tx * y if tx is not None else None, x * ty if ty is not None else None) if p is not None]
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+def _div(u, srcs, tans):
+    (x, y), (tx, ty) = srcs, tans
+    out = Array(u)
+    parts = [p for p in (tx / y if tx is not None else None, -(ty * out / y) if ty is not None else None)
+             if p is not None]
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+def _max(u, srcs, tans):
+    import fnx.numpy as jnp
+    (x, y), (tx, ty) = srcs, [_zero_if_none(t, s) for t, s in zip(tans, srcs)]
+    return jnp.where(x > y, tx, jnp.where(x < y, ty, (tx + ty) * 0.5))
+
+
+def _mod(u, srcs, tans):
+    (x, y), (tx, ty) = srcs, tans
+    out = tx if tx is not None else None
+    if ty is not None:
+        part = -(ty * lax.trunc(x / y))
+        out = part if out is None else out + part
+    return out
+
+
+def _unary(deriv: Callable) -> Callable:
+    def rule(u, srcs, tans):
+        return None if tans[0] is None else tans[0] * deriv(Array(u), srcs[0])
+    return rule
+
+
+def _where(u, srcs, tans):
+    c, a, b = srcs
+    if tans[1] is None and tans[2] is None: return None
+    return lax.select(c, _zero_if_none(tans[1], a), _zero_if_none(tans[2], b))
+
+
+def _cast(u, srcs, tans):
+    return lax.convert_element_type(tans[0], u.dtype) if tans[0] is not None and srcs[0].uop.dtype.is_float else None
+
+
+def _reduce(u, srcs, tans):
+    op, axes = u.arg
+    (x,), (t,) = srcs, tans
+    if t is None: return None
+    if op is Ops.ADD: return _same_op(u, t)
+    if op is Ops.MAX:  # ties share the tangent, as in JAX
+        hit = (x == lax.expand(Array(u), x.shape)).astype(t.dtype)
+        return lax.reduce_sum(t * hit, axes, keepdims=True) / lax.reduce_sum(hit, axes, keepdims=True)
+    return lax.reduce_sum(t * _product_of_others(x, axes), axes, keepdims=True)
+
+
+def _index(u, srcs, tans):
+    return None if tans[0] is None else Array(UOp(Ops.INDEX, u.dtype, (tans[0].uop, srcs[1].uop), u.arg))
+
+
+def _scatter(u, srcs, tans):
+    axis, mode = u.arg
+    x, idx, upd = srcs
+    if tans[0] is None and tans[2] is None: return None
+    if mode not in ("set", "add"):
+        raise UnsupportedError(at_user_line(f"jvp: no forward-mode rule for SCATTER with mode {mode!r}"))
+    tx, tu = _zero_if_none(tans[0], x), _zero_if_none(tans[2], upd)
+    return lax.scatter_axis(tx, idx, tu, axis, mode)
+
+
+LN2 = math.log(2.0)
+
+
+def _cos(x: Array) -> Array:
+    import fnx.numpy as jnp
+    return jnp.cos(x)
+
+
+# ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
+jvp_rules: dict[Ops, Callable] = {}
+for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): jvp_rules[_op] = lambda u, srcs, tans: None
+for _op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP): jvp_rules[_op] = _linear(_same_op)
+jvp_rules[Ops.INDEX] = _index
+jvp_rules[Ops.REDUCE] = _reduce
+jvp_rules[Ops.SCATTER] = _scatter
+jvp_rules[Ops.RECIP] = _unary(lambda out, x: -(out * out))
+jvp_rules[Ops.SQRT] = _unary(lambda out, x: 0.5 / out)
+jvp_rules[Ops.EXP2] = _unary(lambda out, x: out * LN2)
+jvp_rules[Ops.LOG2] = _unary(lambda out, x: 1.0 / (x * LN2))
+jvp_rules[Ops.SIN] = _unary(lambda out, x: _cos(x))
+jvp_rules[Ops.TRUNC] = lambda u, srcs, tans: None
+jvp_rules[Ops.CAST] = _cast
+jvp_rules[Ops.BITCAST] = lambda u, srcs, tans: None
+jvp_rules[Ops.ADD] = _add
+jvp_rules[Ops.MUL] = _mul
+jvp_rules[Ops.DIV] = _div
+jvp_rules[Ops.MAX] = _max
+jvp_rules[Ops.MOD] = _mod
+for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): jvp_rules[_op] = lambda u, s, t: None
+jvp_rules[Ops.WHERE] = _where
+jvp_rules[Ops.CONTIGUOUS] = _linear(_same_op)
+jvp_rules[Ops.DETACH] = lambda u, srcs, tans: None
+jvp_rules[Ops.COPY] = _linear(_same_op)
