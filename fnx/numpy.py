@@ -366,7 +366,7 @@ def _sign(x: Array) -> Array:
     dt = _dt(x)
     if dt.is_bool: return x
     one, zero = _full(x, 1), _full(x, 0)
-    positive = where(x > 0, one, x if dt.is_float else zero)
+    positive = where(x > 0, one, lax.stop_gradient(x) if dt.is_float else zero)  # keeps +-0 and NaN; slope 0
     return positive if dt.is_unsigned else where(x < 0, _full(x, -1), positive)
 
 
@@ -602,32 +602,55 @@ def _atan2(y: Array, x: Array) -> Array:
     return where(_signbit(y), lax.neg(angle), angle)
 
 
-def _float_ufunc(name: str, compute, doc: str):
-    return _ufunc(name, _float_math(compute), to_float=True, doc=doc)
+def _with_derivative(compute, derivative):
+    """`compute` with an explicit derivative (a custom_jvp): `derivative(*xs, y)` gives dy/dx_i per argument.
+    The approximations behind these functions select between branches, and differentiating through a branch
+    that is not taken can turn a zero cotangent into 0 * inf = NaN; the closed form has no such branches."""
+    from fnx.transforms.custom import custom_jvp
+    fun = custom_jvp(compute)
+
+    @fun.defjvp
+    def jvp(primals, tangents):
+        y = fun(*primals)
+        parts = [t * d for t, d in zip(tangents, derivative(*primals, y))]
+        total = parts[0]
+        for part in parts[1:]: total = total + part
+        return y, total
+    return fun
 
 
-exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).")
+def _float_ufunc(name: str, compute, doc: str, derivative=None):
+    compute = _float_math(compute)
+    return _ufunc(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
+
+
+exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).", lambda x, y: (y,))
 exp2 = _ufunc("exp2", lax.exp2, to_float=True, doc="2 ** x elementwise.")
-log = _float_ufunc("log", _log, "Natural logarithm elementwise.")
+log = _float_ufunc("log", _log, "Natural logarithm elementwise.", lambda x, y: (1 / x,))
 log2 = _ufunc("log2", lax.log2, to_float=True, doc="Base-2 logarithm elementwise.")
 log10 = _float_ufunc("log10", lambda x: lax.log2(x) * 0.30102999566398120, "Base-10 logarithm elementwise.")
-log1p = _float_ufunc("log1p", _log1p, "log(1 + x), accurate for small |x|.")
-expm1 = _float_ufunc("expm1", _expm1, "exp(x) - 1, accurate for small |x|.")
+log1p = _float_ufunc("log1p", _log1p, "log(1 + x), accurate for small |x|.", lambda x, y: (1 / (1 + x),))
+expm1 = _float_ufunc("expm1", _expm1, "exp(x) - 1, accurate for small |x|.", lambda x, y: (y + 1,))
 sqrt = _ufunc("sqrt", lax.sqrt, to_float=True, doc="Square root elementwise.")
 rsqrt = _ufunc("rsqrt", lambda x: lax.recip(lax.sqrt(x)), to_float=True, doc="1 / sqrt(x) elementwise.")
 reciprocal = _ufunc("reciprocal", lambda x: lax.recip(x) if _dt(x).is_float else lax.div(_full(x, 1), x),
                     doc="1 / x elementwise (integer division for integers).")
 sin = _ufunc("sin", lax.sin, to_float=True, doc="Sine elementwise.")
-cos = _float_ufunc("cos", _cos, "Cosine elementwise.")
-tan = _float_ufunc("tan", lambda x: lax.sin(x) / _cos(x), "Tangent elementwise.")
-tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).")
-sinh = _float_ufunc("sinh", _sinh, "Hyperbolic sine elementwise.")
-cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.")
-arctan = _float_ufunc("arctan", _atan, "Inverse tangent elementwise, in [-pi/2, pi/2].")
-arcsin = _float_ufunc("arcsin", _asin, "Inverse sine elementwise (NaN outside [-1, 1]).")
-arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).")
+cos = _float_ufunc("cos", _cos, "Cosine elementwise.", lambda x, y: (lax.neg(lax.sin(x)),))
+tan = _float_ufunc("tan", lambda x: lax.sin(x) / _cos(x), "Tangent elementwise.", lambda x, y: (1 + y * y,))
+tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).",
+                    lambda x, y: (1 - y * y,))
+sinh = _float_ufunc("sinh", _sinh, "Hyperbolic sine elementwise.", lambda x, y: (cosh(x),))
+cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.", lambda x, y: (sinh(x),))
+arctan = _float_ufunc("arctan", _atan, "Inverse tangent elementwise, in [-pi/2, pi/2].",
+                      lambda x, y: (1 / (1 + x * x),))
+arcsin = _float_ufunc("arcsin", _asin, "Inverse sine elementwise (NaN outside [-1, 1]).",
+                      lambda x, y: (lax.recip(lax.sqrt((1 - x) * (1 + x))),))
+arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).",
+                      lambda x, y: (lax.neg(lax.recip(lax.sqrt((1 - x) * (1 + x)))),))
 arctan2 = _float_ufunc("arctan2", _atan2, "The angle of the point (x2, x1) elementwise, in [-pi, pi], with "
-                                          "numpy's signed-zero and infinity cases.")
+                                          "numpy's signed-zero and infinity cases.",
+                       lambda y, x, out: (x / (x * x + y * y), lax.neg(y) / (x * x + y * y)))
 
 
 def _rounding(name: str, compute, doc: str):
