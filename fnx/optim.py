@@ -102,9 +102,12 @@ def _ema(grads: Any, moments: Any, decay: float, power: int) -> Any:
 
 
 def _debias(moments: Any, decay: float, count: Array) -> Any:
-    """Adam's bias correction: moment / (1 - decay**count)."""
-    correction = 1 - jnp.power(decay, count)
-    return _map(lambda m: m / correction.astype(jnp.asarray(m).dtype), moments)
+    """Adam's bias correction: moment / (1 - decay**count), the power taken in float32 or the moment's wider dtype."""
+    def debias(m: Array) -> Array:
+        work = jnp.result_type(m, jnp.float32)
+        correction = 1 - jnp.power(jnp.asarray(decay, work), count.astype(work))
+        return m / correction.astype(m.dtype)
+    return _map(debias, moments)
 
 
 def _need_params(name: str, params: Any) -> None:

@@ -151,8 +151,7 @@ class InterpExecutable(Executable):
         self.fn, self.device = fn, device
 
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
-        params = {u.arg[0]: u for u in self.fn.src[0].toposort if u.op is Ops.PARAM}
-        args = [b.numpy(params[i].shape) if i in params else b.host for i, b in enumerate(inputs)]
+        args = [b.numpy(a.shape) for a, b in zip(self.fn.src[1:], inputs)]
         outs = run(self.fn, args)
         return [Buffer.from_numpy(self.device, np.array(o, dtype=u.dtype.np)) for o, u in zip(outs, self.fn.src[0].src)]
 
