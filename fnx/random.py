@@ -17,9 +17,15 @@ Departures from jax.random:
     `key_data` and `wrap_key_data` are identities that check the shape and dtype.
   * Seeds keep only their low 32 bits, as jax.random does with x64 disabled (its default); with x64 enabled JAX puts
     the high 32 bits of a 64-bit seed in the first key word.
-  * float64 and int64 are real 64-bit types in fnx (JAX's x64 mode). uniform, randint and bernoulli then match
-    JAX with x64 enabled bit for bit; normal and truncated_normal in float64 use fnx's own log/erf where XLA calls
-    libm, so they agree to a few ulp.
+  * float64 and int64 are real 64-bit types in fnx (JAX's x64 mode). bits, uniform, randint and bernoulli then
+    match JAX with x64 enabled bit for bit; normal, gumbel and truncated_normal in float64 use fnx's own log/erf
+    where XLA calls libm (and skip XLA's float64 fused multiply-adds), so they agree to ~1e-15 (normal) to
+    ~1e-11 (gumbel, near u = 1) relative. float16 gumbel and truncated_normal differ from JAX in the last bits
+    (XLA evaluates those fused 16-bit chains with excess float32 precision); bfloat16 and float16 uniform and
+    normal match.
+  * The float32 match assumes XLA's CPU code generation on an x86-64 host with FMA, where it contracts
+    multiply-adds; fnx emulates those fused multiply-adds through float64 (exact up to ties of probability
+    ~2^-29 per operation).
   * `permutation` sorts with a stable bitonic network (fnx has no sort primitive); the result equals JAX's
     (a stable sort by the same random keys), at O(n log^2 n) work.
 """
@@ -148,7 +154,7 @@ def threefry_2x32(keypair: Any, count: Any) -> Array:
 
     Example:
       >>> fnx.random.threefry_2x32(np.uint32([0x13198a2e, 0x03707344]), np.uint32([0x243f6a88, 0x85a308d3]))
-      Array([3364512470, 1134918346], dtype=uint32)
+      Array([3297917596, 1212020640], dtype=uint32)
     """
     k0, k1 = _key_words(_key_array(keypair, "threefry_2x32"))
     counts = lax.to_array(count)
@@ -256,11 +262,24 @@ def _select(pred: Array, a: Array | float, b: Array | float, like: Array) -> Arr
     return lax.select(pred, as_array(a), as_array(b))
 
 
-def _horner(x: Array, coefficients: Sequence[Any]) -> Array:
-    """c0*x^n + ... + cn, evaluated as XLA does: p = c0, then p = c_i + p * x (coefficients: floats or arrays)."""
-    p = coefficients[0] if isinstance(coefficients[0], Array) else _const(x, coefficients[0])
+def _fma(a: Array, b: Array | float, c: Array | float) -> Array:
+    """a * b + c rounded once, as the fused multiply-adds XLA:CPU's code generator contracts `p * x + c` into.
+
+    float32: the float64 product of two float32s is exact, leaving the float64 sum's rounding before the float32
+    one (this double rounding differs from a true fma only in ties, with probability about 2^-29). float64: plain
+    multiply and add (the float64 transforms are not bit-exact anyway).
+    """
+    if a.uop.dtype != dtypes.float32: return lax.add(lax.mul(a, b), c)
+    def wide(v: Array | float) -> Array | float:  # constants are float32 values, like XLA's
+        return lax.convert_element_type(v, dtypes.float64) if isinstance(v, Array) else float(np.float32(v))
+    return lax.convert_element_type(lax.add(lax.mul(wide(a), wide(b)), wide(c)), dtypes.float32)
+
+
+def _horner(x: Array, coefficients: Sequence[float]) -> Array:
+    """c0*x^n + ... + cn by Horner's rule with fused steps p = fma(p, x, c_i), as XLA:CPU evaluates it."""
+    p = _const(x, coefficients[0])
     for c in coefficients[1:]:
-        p = lax.add(c if isinstance(c, Array) else _const(x, c), lax.mul(p, x))
+        p = _fma(p, x, c)
     return p
 
 
@@ -284,9 +303,8 @@ def _log_f32(y: Array) -> Array:
     e = lax.sub(lax.add(exponent, 1.0), _select(small, 1.0, 0.0, y))
     z = lax.mul(x, x)
     z3 = lax.mul(z, x)
-    a, b, c = (lax.add(lax.mul(lax.add(lax.mul(x, _f32(c0)), _f32(c1)), x), _f32(c2)) for c0, c1, c2 in _LOG_CHAINS)
-    poly = lax.mul(lax.add(c, lax.mul(lax.add(b, lax.mul(a, z3)), z3)), z3)
-    tail = lax.add(poly, lax.mul(e, _f32(_LN2_LO)))
+    a, b, c = (_fma(_fma(x, _f32(c0), _f32(c1)), x, _f32(c2)) for c0, c1, c2 in _LOG_CHAINS)
+    tail = _fma(_fma(_fma(a, z3, b), z3, c), z3, lax.mul(e, _f32(_LN2_LO)))
     out = lax.add(lax.add(lax.sub(x, lax.mul(z, 0.5)), tail), lax.mul(e, _f32(_LN2_HI)))
     out = _select(lax.lt(0.0, y), out, math.nan, y)
     out = _select(lax.ne(y, 0.0), out, -math.inf, y)
@@ -376,7 +394,7 @@ def _erf_inv(x: Array) -> Array:
     p = by_piece([c[0] for c in coefficients])
     for i in range(1, max(len(c) for c in coefficients)):  # Horner; a piece that has run out keeps its value
         active = [i < len(c) for c in coefficients]
-        updated = lax.add(by_piece([c[i] if ok else 0.0 for c, ok in zip(coefficients, active)]), lax.mul(p, t))
+        updated = _fma(p, t, by_piece([c[i] if ok else 0.0 for c, ok in zip(coefficients, active)]))
         p = updated if all(active) else by_piece([updated if ok else p for ok in active])
     result = lax.mul(p, x)
     return _select(lax.ne(jnp.abs(x), 1.0), result, lax.mul(x, math.inf), x)
@@ -385,14 +403,6 @@ def _erf_inv(x: Array) -> Array:
 # erf(x) = x P(x^2) / Q(x^2) on |x| < 3.8325, +-1 beyond (XLA:CPU's float32 erf, with fused multiply-adds)
 _ERF_P = (0x39702D51, 0x3B5F5DA2, 0x3D50B6EB, 0x3E3DA740, 0x3F906EBA)
 _ERF_Q = (0xB3FD3906, 0x37C588DF, 0x3A856D28, 0x3C6687D4, 0x3DE34C21, 0x3EFEB44A, 0x3F800000)
-
-
-def _fma_f32(a: Array, b: Array | float, c: float) -> Array:
-    """a * b + c rounded once: the float64 product of two float32s is exact, leaving one float64 rounding (a double
-    rounding differs from a true fma only in ties of probability ~2^-29)."""
-    f64, f32 = dtypes.float64, dtypes.float32
-    wide = lambda v: lax.convert_element_type(v, f64) if isinstance(v, Array) else v  # noqa: E731
-    return lax.convert_element_type(lax.add(lax.mul(wide(a), wide(b)), c), f32)
 
 
 def _erf(x: Array) -> Array:
@@ -404,8 +414,8 @@ def _erf(x: Array) -> Array:
     x2 = lax.mul(x, x)
 
     def poly(coefficients: Sequence[int]) -> Array:
-        p = _fma_f32(x2, _f32(coefficients[0]), _f32(coefficients[1]))
-        for c in coefficients[2:]: p = _fma_f32(x2, p, _f32(c))
+        p = _fma(x2, _f32(coefficients[0]), _f32(coefficients[1]))
+        for c in coefficients[2:]: p = _fma(x2, p, _f32(c))
         return p
 
     ratio = lax.div(lax.mul(x, poly(_ERF_P)), poly(_ERF_Q))
@@ -469,8 +479,8 @@ def _uniform(key: Array, shape: tuple[int, ...], dt: DType, minval: Any, maxval:
                               _UINT[nbits].np.type(one_bits))
     floats = lax.sub(lax.bitcast_convert_type(mantissa, dt), np.array(1.0, dt.np))
     lo, hi = _broadcast_to_rank(lo, len(shape)), _broadcast_to_rank(hi, len(shape))
-    scaled = jnp.add(jnp.multiply(floats, jnp.subtract(hi, lo)), lo)
-    return jnp.maximum(lo, scaled)
+    span = jnp.broadcast_to(jnp.subtract(hi, lo), shape)
+    return jnp.maximum(lo, _fma(floats, span, jnp.broadcast_to(lo, shape)))
 
 
 @eager_op
@@ -544,7 +554,8 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Shape | None = Non
     shape = jnp.broadcast_shapes(lo.shape, hi.shape) if shape is None else _shape(shape, "truncated_normal")
     _check_shape("truncated_normal", shape, lo.shape, hi.shape)
     sqrt2 = np.array(math.sqrt(2), dt.np)
-    a, b = _erf(lax.div(lo, sqrt2)), _erf(lax.div(hi, sqrt2))
+    inv_sqrt2 = np.array(1, dt.np) / sqrt2  # XLA turns the division by a constant into this multiplication
+    a, b = _erf(lax.mul(lo, inv_sqrt2)), _erf(lax.mul(hi, inv_sqrt2))
     out = lax.mul(sqrt2, _erf_inv(_uniform(k, shape, dt, a, b)))
     return jnp.clip(out, _nextafter(lo, True), _nextafter(hi, False))
 
@@ -728,7 +739,8 @@ def _stable_argsort(keys: Array, axis: int) -> Array:
     while width <= size:
         half = width // 2
         while half >= 1:
-            moved, index = _compare_exchange(moved, index, batch, size, width, half)
+            moved, index = (lax.optimization_barrier(v) for v in _compare_exchange(moved, index, batch, size, width,
+                                                                                     half))
             half //= 2
         width *= 2
     out = lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index

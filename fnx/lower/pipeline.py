@@ -5,6 +5,8 @@ the graph between any two stages. Backends render `Lowering.kernels` into their 
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass
 
 from fnx import dtypes
@@ -44,6 +46,16 @@ def _tag(call_output: UOp) -> tuple:
     return tuple(getattr(rule, "tag", ()))
 
 
+@contextlib.contextmanager
+def _deep_recursion(limit: int = 50_000):
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)
+
+
 @dataclass
 class Lowering:
     fn: UOp
@@ -63,7 +75,8 @@ class Lowering:
 
 def lower(fn: UOp, threads: int) -> Lowering:
     fn = callify(fn)
-    schedule = rangeify(fn)
+    with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
+        schedule = rangeify(fn)
     kernels = []
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{kernel.name}"
