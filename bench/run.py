@@ -139,7 +139,8 @@ def w4_mlp_step():
     onehot_np = np.eye(10, dtype=np.float32)[y]
     f = fnx.jit(_mlp_step(jnp, fnx.nn, fnx.value_and_grad))
     p, x, onehot = {k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x_np), jnp.asarray(onehot_np)
-    res = {"fnx": best(lambda: block(f(p, x, onehot)[1])), "numpy": best(lambda: _numpy_mlp_step(params, x_np, onehot_np))}
+    res = {"fnx": best(lambda: block(f(p, x, onehot)[1])),
+           "numpy": best(lambda: _numpy_mlp_step(params, x_np, onehot_np))}
     if jax:
         jf = jax.jit(_mlp_step(jjnp, jax.nn, jax.value_and_grad))
         jp, jx, jo = ({k: jjnp.asarray(v) for k, v in params.items()}, jjnp.asarray(x_np), jjnp.asarray(onehot_np))
@@ -155,7 +156,8 @@ from bench.run import _mlp_data, _mlp_step
 params, x, y = _mlp_data()
 f = fnx.jit(_mlp_step(jnp, fnx.nn, fnx.value_and_grad))
 t0 = time.perf_counter()
-np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x), jnp.asarray(np.eye(10, dtype=np.float32)[y]))[1])
+onehot = jnp.asarray(np.eye(10, dtype=np.float32)[y])
+np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x), onehot)[1])
 print(time.perf_counter() - t0)
 """
 
@@ -165,7 +167,8 @@ from bench.run import _mlp_data, _mlp_step
 params, x, y = _mlp_data()
 f = jax.jit(_mlp_step(jnp, jax.nn, jax.value_and_grad))
 t0 = time.perf_counter()
-f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x), jnp.asarray(np.eye(10, dtype=np.float32)[y]))[1].block_until_ready()
+onehot = jnp.asarray(np.eye(10, dtype=np.float32)[y])
+f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(x), onehot)[1].block_until_ready()
 print(time.perf_counter() - t0)
 """
 

@@ -44,7 +44,8 @@ def main():
     t_jit, _ = best_of(lambda: f(x, w, b))
     t_eager, _ = best_of(eager)
     t_numpy, _ = best_of(lambda: np.tanh(x_np @ w_np + b_np).sum(axis=-1))
-    print(f"\ntimings (best of 5): jit {t_jit * 1e3:.2f} ms · eager {t_eager * 1e3:.2f} ms · numpy {t_numpy * 1e3:.2f} ms")
+    print(f"\ntimings (best of 5): jit {t_jit * 1e3:.2f} ms · eager {t_eager * 1e3:.2f} ms · "
+          f"numpy {t_numpy * 1e3:.2f} ms")
     y = jnp.exp(x) * 2
     print(f"eager jnp.exp(x) * 2 -> {y.shape} {y.dtype}, first value {float(y[0, 0]):.4f} "
           f"(numpy {np.exp(x_np[0, 0]) * 2:.4f})")

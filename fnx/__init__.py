@@ -11,7 +11,8 @@ from fnx.transforms.jit import jit, make_graph
 from fnx import numpy  # noqa: E402  (installs the Array operators)
 from fnx import nn, optim, random  # noqa: E402
 
-__all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count", "device_put", "devices", "dtypes",
+__all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
+           "device_put", "devices", "dtypes",
            "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "local_devices",
            "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util", "value_and_grad", "vjp"]
 

@@ -407,7 +407,7 @@ def _float_power(x: Array, y: Array) -> Array:
 
 def _power_compute(x: Array, y: Array) -> Array:
     if _dt(x).is_bool: return x | ~y
-    return _float_power(x, y) if _dt(x).is_float else _int_power(x, y)
+    return _differentiable_float_power(x, y) if _dt(x).is_float else _int_power(x, y)
 
 
 _power_ufunc = _ufunc("power", _power_compute)
@@ -651,6 +651,11 @@ arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside 
 arctan2 = _float_ufunc("arctan2", _atan2, "The angle of the point (x2, x1) elementwise, in [-pi, pi], with "
                                           "numpy's signed-zero and infinity cases.",
                        lambda y, x, out: (x / (x * x + y * y), lax.neg(y) / (x * x + y * y)))
+
+
+# d/dx x**y = y x**(y-1), d/dy x**y = log(x) x**y (0 at x = 0, as in JAX)
+_differentiable_float_power = _with_derivative(
+    _float_power, lambda x, y, out: (y * power(x, y - 1), where(x == 0, _full(x, 0.0), log(x) * out)))
 
 
 def _rounding(name: str, compute, doc: str):

@@ -23,6 +23,28 @@ def _arg_str(u: UOp) -> str:
     return ""
 
 
+def _walk(root: UOp) -> list[UOp]:
+    """Nodes under root, sources first, without entering call bodies (a call prints as one line)."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        u, done = stack.pop()
+        if done:
+            order.append(u)
+        elif u not in seen:
+            seen.add(u)
+            stack.append((u, True))
+            srcs = u.src[1:] if u.op in (Ops.CALL, Ops.FUNCTION) and u is not root else u.src
+            stack.extend((s, False) for s in reversed(srcs))
+    return order
+
+
+def _call_name(u: UOp) -> str:
+    """'call custom_jvp(tanh)', 'call checkpoint(f)', ...: what kind of call and of which function."""
+    kind = getattr(u.arg, "kind", "function")
+    fun = getattr(getattr(u.arg, "fun", None), "__name__", "")
+    return f"call {'custom_' + kind if kind in ('jvp', 'vjp') else kind}({fun})"
+
+
 def format_function(fn: UOp, name: str = "function") -> str:
     """A FUNCTION as text: its PARAMs, one line per node, and the returned tuple."""
     body = fn.src[0] if fn.op is Ops.FUNCTION else fn
@@ -30,8 +52,16 @@ def format_function(fn: UOp, name: str = "function") -> str:
         sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
     names: dict[UOp, str] = {p: f"p{p.arg[0]}" for p in params}
     lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
-    for u in body.toposort:
+    for u in _walk(body):
         if u in names or u is body: continue
+        if u.op in (Ops.CALL, Ops.FUNCTION):
+            names[u] = f"c{len(names)}"
+            lines.append(f"  {names[u]} = {_call_name(u)} {' '.join(names[s] for s in u.src[1:])}")
+            continue
+        if u.op is Ops.GETTUPLE:
+            names[u] = f"v{len(names) - len(params)}"
+            lines.append(f"  {names[u]}: {type_str(u)} = {names[u.src[0]]}[{u.arg}]")
+            continue
         if u.op is Ops.CONST and u.shape == ():
             names[u] = repr(u.arg[0])
             continue

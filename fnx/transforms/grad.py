@@ -93,7 +93,8 @@ def call_vjp(call: UOp, cts: list[Array | None]) -> list[Array | None]:
         result = rule.bwd(*rule.static_values, residuals, ct_tree)
         return [lax.to_array(g) if g is not None else None for g in tree_util.tree_leaves(tuple(result))]
     if rule.kind == "jvp":  # transpose the user's jvp: it is linear in the tangents
-        tangents = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device, "tangent", id(call))) for i, a in enumerate(args)]
+        tangents = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device, "tangent", id(call)))
+                    for i, a in enumerate(args)]
         _, tangent_outs = call_tangents(call, [Array(a) for a in args], [Array(t) for t in tangents])
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
         return [g if a.dtype.is_float else None for g, a in zip(grads, args)]
@@ -310,7 +311,6 @@ def _max_vjp(g: Array, u: UOp, x: Array, y: Array) -> tuple:
 
 
 def _reduce_vjp(g: Array, u: UOp, x: Array) -> tuple:
-    import fnx.numpy as jnp
     op, axes = u.arg
     if not _float(x): return (None,)
     if op is Ops.ADD: return (lax.expand(g, x.shape),)
@@ -331,7 +331,8 @@ def _product_of_others(x: Array, axes: tuple[int, ...]) -> Array:
     flat = jnp.reshape(moved, tuple(x.shape[i] for i in keep) + (n,))
     ones = jnp.ones(flat.shape[:-1] + (1,), flat.dtype)
     before = jnp.concatenate([ones, lax.cumprod(flat, axis=flat.ndim - 1)[..., :-1]], axis=-1)
-    after = jnp.flip(jnp.concatenate([ones, lax.cumprod(jnp.flip(flat, -1), axis=flat.ndim - 1)[..., :-1]], axis=-1), -1)
+    suffix = lax.cumprod(jnp.flip(flat, -1), axis=flat.ndim - 1)[..., :-1]
+    after = jnp.flip(jnp.concatenate([ones, suffix], axis=-1), -1)
     others = jnp.reshape(before * after, moved.shape)
     inverse = np.argsort(keep + list(axes))
     return lax.transpose(others, tuple(int(i) for i in inverse))

@@ -173,23 +173,27 @@ def _same_op(u: UOp, t: Array) -> Array:
     return Array(UOp(u.op, t.uop.dtype, (t.uop,), u.arg))
 
 
+def _sum(*parts: Array | None) -> Array | None:
+    """The sum of the non-zero tangent parts (None when all are symbolic zeros)."""
+    present = [p for p in parts if p is not None]
+    if not present: return None
+    total = present[0]
+    for p in present[1:]: total = total + p
+    return total
+
+
 def _add(u, srcs, tans):
-    tx, ty = tans
-    return tx if ty is None else ty if tx is None else tx + ty
+    return _sum(*tans)
 
 
 def _mul(u, srcs, tans):
     (x, y), (tx, ty) = srcs, tans
-    parts = [p for p in (tx * y if tx is not None else None, x * ty if ty is not None else None) if p is not None]
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    return _sum(tx * y if tx is not None else None, x * ty if ty is not None else None)
 
 
 def _div(u, srcs, tans):
-    (x, y), (tx, ty) = srcs, tans
-    out = Array(u)
-    parts = [p for p in (tx / y if tx is not None else None, -(ty * out / y) if ty is not None else None)
-             if p is not None]
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    (_, y), (tx, ty) = srcs, tans
+    return _sum(tx / y if tx is not None else None, -(ty * Array(u) / y) if ty is not None else None)
 
 
 def _max(u, srcs, tans):
@@ -200,11 +204,7 @@ def _max(u, srcs, tans):
 
 def _mod(u, srcs, tans):
     (x, y), (tx, ty) = srcs, tans
-    out = tx if tx is not None else None
-    if ty is not None:
-        part = -(ty * lax.trunc(x / y))
-        out = part if out is None else out + part
-    return out
+    return _sum(tx, -(ty * lax.trunc(x / y)) if ty is not None else None)
 
 
 def _unary(deriv: Callable) -> Callable:
