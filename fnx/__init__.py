@@ -6,6 +6,7 @@ from fnx.trace import Array
 from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
 from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
 from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
+from fnx.transforms.vmap import vmap
 from fnx.transforms.jit import jit, make_graph
 
 from fnx import numpy  # noqa: E402  (installs the Array operators)
@@ -14,7 +15,7 @@ from fnx import nn, optim, random  # noqa: E402
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
            "device_put", "devices", "dtypes",
            "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "local_devices",
-           "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util", "value_and_grad", "vjp"]
+           "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):

@@ -249,7 +249,7 @@ _tags = itertools.count()
 
 
 def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None,
-          transform: bool = False, tag: tuple | None = None) -> Traced:
+          transform: bool = False, tag: tuple | None = None, abstract: bool = False) -> Traced:
     """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`.
 
     jit traces (transform=False) are abstract and hoist closed-over arrays to extra PARAMs. Transforms
@@ -263,12 +263,12 @@ def trace(f: Callable, args: tuple, device: str | None = None, avals: list | Non
     tag = (tag if tag is not None else (next(_tags),)) if transform else ()
     params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device) + tag), weak)
               for i, (shape, dtype, weak) in enumerate(avals)]
-    concrete = transform and not state.tracing
+    concrete = transform and not abstract and not state.tracing  # vmap's values are batches: abstract
     bound = {p.uop: _leaf_uop(x, p.uop) for p, x in zip(params, leaves)} if concrete else {}
     previous = state.bindings
     state.bindings = {**previous, **bound}
     try:
-        with building(tracing=not transform):
+        with building(tracing=not concrete):
             out = f(*tree_util.tree_unflatten(in_tree, params))
     finally:
         state.bindings = previous

@@ -1,0 +1,272 @@
+"""vmap: vectorize a function over a batch axis by rewriting its graph.
+
+Trace the function once on one example, then rebuild the graph with a batch axis: every value carries it in
+front (axis 0) or not at all (None), and each primitive's rule in `batch_rules` says how the op works on
+batched operands:
+
+    batch_rules[Ops.REDUCE] = lambda u, (x,): UOp(Ops.REDUCE, .., (x,), (op, axes shifted by one))
+
+Elementwise ops broadcast their unbatched operands; movement ops shift their axes; gathers and scatters with
+batched indices fold the batch into the indexed axis.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from fnx import dtypes, tree_util
+from fnx.errors import UnsupportedError, at_user_line
+from fnx.trace import Array, building, trace
+from fnx.transforms.grad import _finish
+from fnx.uop import GroupOp, Ops, UOp
+
+Batched = tuple[UOp, "int | None"]   # (value, 0 if it has the batch axis in front else None)
+
+
+def _permute(x: UOp, perm: tuple[int, ...]) -> UOp:
+    return x if perm == tuple(range(len(perm))) else UOp(Ops.PERMUTE, x.dtype, (x,), perm)
+
+
+def _reshape(x: UOp, shape: tuple[int, ...]) -> UOp:
+    return x if tuple(shape) == x.shape else UOp(Ops.RESHAPE, x.dtype, (x,), tuple(shape))
+
+
+def move_axis(x: UOp, source: int, destination: int) -> UOp:
+    order = [i for i in range(x.ndim) if i != source]
+    order.insert(destination, source)
+    return _permute(x, tuple(order))
+
+
+def broadcast_batch(x: UOp, size: int) -> UOp:
+    """An unbatched value repeated `size` times along a new front axis."""
+    if x.op is Ops.CONST: return UOp.const(x.dtype, x.arg[0], (size,) + x.shape)
+    return UOp(Ops.EXPAND, x.dtype, (_reshape(x, (1,) + x.shape),), (size,) + x.shape)
+
+
+class Batcher:
+    """Rebuilds one traced body with a batch axis of `size`; `values` maps nodes to (value, batch dim)."""
+
+    def __init__(self, size: int, values: dict[UOp, Batched]):
+        self.size, self.values = size, values
+
+    def batched(self, u: UOp) -> UOp:
+        """u's batched value with the batch axis in front (unbatched values are broadcast)."""
+        value, bdim = self.values[u]
+        return value if bdim is not None else broadcast_batch(value, self.size)
+
+    def run(self, outs: list[UOp]) -> list[Batched]:
+        from fnx.transforms.grad import _graph
+        for u in _graph(outs):
+            if u in self.values or u.op is Ops.CALL: continue  # a call is handled at its outputs
+            if u.op is Ops.GETTUPLE and u.src[0].op is Ops.CALL:
+                self.values[u] = self._call_output(u)
+                continue
+            if all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node as it is
+                self.values[u] = (UOp(u.op, u.dtype, tuple(self.values[s][0] for s in u.src), u.arg), None)
+                continue
+            rule = batch_rules.get(u.op)
+            if rule is None:
+                raise UnsupportedError(at_user_line(f"vmap: no batching rule for primitive {u.op.name}"))
+            self.values[u] = (rule(self, u), 0)
+        return [self.values[o] for o in outs]
+
+    def _call_output(self, g: UOp) -> Batched:
+        """An output of a call: kept when no argument is batched, else the call's body is batched inline."""
+        call = g.src[0]
+        args = [self.values[a] for a in call.src[1:]]
+        if all(bdim is None for _, bdim in args):
+            new_call = UOp(Ops.CALL, call.dtype, (call.src[0], *[v for v, _ in args]), call.arg)
+            return (UOp(Ops.GETTUPLE, g.dtype, (new_call,), g.arg), None)
+        body, rule = call.src[0], call.arg
+        params = [p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag]
+        inner = Batcher(self.size, {p: args[p.arg[0]] for p in params})
+        return inner.run([body.src[g.arg]])[0]
+
+
+# ---- rules: each returns the node's value with the batch axis in front ----
+
+def _elementwise(b: Batcher, u: UOp) -> UOp:
+    return UOp(u.op, u.dtype, tuple(b.batched(s) for s in u.src), u.arg)
+
+
+def _movement(b: Batcher, u: UOp) -> UOp:
+    x, n = b.batched(u.src[0]), b.size
+    arg = {Ops.RESHAPE: lambda a: (n,) + tuple(a), Ops.EXPAND: lambda a: (n,) + tuple(a),
+           Ops.PERMUTE: lambda a: (0,) + tuple(p + 1 for p in a), Ops.PAD: lambda a: ((0, 0),) + tuple(a),
+           Ops.SHRINK: lambda a: ((0, n),) + tuple(a), Ops.FLIP: lambda a: (False,) + tuple(a)}[u.op](u.arg)
+    return UOp(u.op, u.dtype, (x,), arg)
+
+
+def _reduce(b: Batcher, u: UOp) -> UOp:
+    op, axes = u.arg
+    return UOp(Ops.REDUCE, u.dtype, (b.batched(u.src[0]),), (op, tuple(a + 1 for a in axes)))
+
+
+def _marker(b: Batcher, u: UOp) -> UOp:
+    return UOp(u.op, u.dtype, (b.batched(u.src[0]),), u.arg)
+
+
+def _fold_batch(x: UOp, axis: int, n: int) -> UOp:
+    """x of shape (B, pre..., n, post...) (indexed axis at 1 + axis) as (B * n, pre..., post...)."""
+    moved = move_axis(x, 1 + axis, 1)
+    return _reshape(moved, (moved.shape[0] * n,) + moved.shape[2:])
+
+
+def _offset_indices(idx: UOp, n: int, drop_outside: bool) -> UOp:
+    """Per-example indices into an axis of size n as indices into the batch-folded axis of size B * n."""
+    index_t = idx.dtype if idx.dtype.itemsize >= 4 else dtypes.int32
+    idx = idx.cast(index_t)
+    batch = UOp(Ops.IOTA, index_t, (), (idx.shape, 0)) * n
+    if not drop_outside:  # gathers clamp per example, so clamp before offsetting
+        idx = idx.alu(Ops.MAX, 0)
+        idx = (idx < n).alu(Ops.WHERE, idx, n - 1)
+        return idx + batch
+    inside = (idx < 0).alu(Ops.CMPNE, True).alu(Ops.AND, idx < n)
+    return inside.alu(Ops.WHERE, idx + batch, -1)
+
+
+def _index(b: Batcher, u: UOp) -> UOp:
+    (x, xb), (idx, ib) = b.values[u.src[0]], b.values[u.src[1]]
+    axis = u.arg
+    if ib is None:  # batched operand, shared indices: gather one axis further in
+        return UOp(Ops.INDEX, u.dtype, (x, idx), axis + 1)
+    if xb is None:  # shared operand, batched indices: the batch lands where the indices go, move it to the front
+        out = UOp(Ops.INDEX, u.dtype, (x, idx), axis)
+        return move_axis(out, axis, 0)
+    n, k = x.shape[1 + axis], idx.ndim - 1
+    flat = _fold_batch(x, axis, n)
+    out = UOp(Ops.INDEX, u.dtype, (flat, _offset_indices(idx, n, False)), 0)  # (B, ks..., pre..., post...)
+    order = [0] + list(range(1 + k, 1 + k + axis)) + list(range(1, 1 + k)) + list(range(1 + k + axis, out.ndim))
+    return _permute(out, tuple(order))
+
+
+def _scatter(b: Batcher, u: UOp) -> UOp:
+    axis, mode = u.arg
+    x, idx_u, upd_u = u.src
+    idx, ib = b.values[idx_u]
+    xb, ub = b.batched(x), b.batched(upd_u)
+    if ib is None:
+        return UOp(Ops.SCATTER, u.dtype, (xb, idx, ub), (axis + 1, mode))
+    n, k = x.shape[axis], idx.ndim - 1
+    flat = _fold_batch(xb, axis, n)
+    # updates (B, pre..., ks..., post...) -> (B, ks..., pre..., post...) to match the folded operand
+    order = [0] + list(range(1 + axis, 1 + axis + k)) + list(range(1, 1 + axis)) + list(range(1 + axis + k, ub.ndim))
+    upd = _permute(ub, tuple(order))
+    upd = _reshape(upd, (b.size,) + upd.shape[1:])
+    out = UOp(Ops.SCATTER, u.dtype, (flat, _offset_indices(idx, n, True), upd), (0, mode))
+    unfolded = _reshape(out, (b.size, n) + flat.shape[1:])
+    return move_axis(unfolded, 1, 1 + axis)
+
+
+def _iota_like(b: Batcher, u: UOp) -> UOp:
+    raise AssertionError("sources are never batched")
+
+
+# ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
+batch_rules: dict[Ops, Callable[[Batcher, UOp], UOp]] = {}
+for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): batch_rules[_op] = _iota_like
+for _op in GroupOp.Movement: batch_rules[_op] = _movement
+batch_rules[Ops.INDEX] = _index
+batch_rules[Ops.REDUCE] = _reduce
+batch_rules[Ops.SCATTER] = _scatter
+for _op in GroupOp.ALU: batch_rules[_op] = _elementwise
+for _op in GroupOp.Marker: batch_rules[_op] = _marker
+
+
+# ---- the user-facing transform ----
+
+def _broadcast_prefix(prefix: Any, tree: Any, name: str) -> list:
+    """One entry of `prefix` (a pytree prefix of `tree`, or a single value) per leaf of `tree`."""
+    if prefix is None or isinstance(prefix, int):
+        return [prefix] * len(tree_util.tree_leaves(tree))
+    try:
+        return [p for p, sub in zip(*_prefix_pairs(prefix, tree)) for _ in tree_util.tree_leaves(sub)]
+    except (ValueError, TypeError) as e:
+        raise ValueError(at_user_line(f"vmap: {name} {prefix!r} does not match the arguments' structure: {e}")) \
+            from None
+
+
+def _prefix_pairs(prefix: Any, tree: Any) -> tuple[list, list]:
+    treedef = tree_util.tree_structure(prefix, is_leaf=lambda v: v is None)
+    subtrees = treedef.flatten_up_to(tree)
+    return tree_util.tree_leaves(prefix, is_leaf=lambda v: v is None), subtrees
+
+
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | None = None,
+         axis_size: int | None = None) -> Callable:
+    """Vectorize `fun` over an axis of its inputs (jax.vmap).
+
+    Args:
+      fun: a function of arrays (pytrees).
+      in_axes: an int, None, or a pytree prefix of the arguments giving each input's batch axis (None: not
+        batched, the same value for every example). Negative axes count from the end.
+      out_axes: where the batch axis goes in the outputs (int or pytree prefix; None for outputs that do not
+        depend on the batch).
+      axis_size: the batch size when no input is batched.
+
+    Example:
+      >>> fnx.vmap(lambda x: x @ w)(xs)   # a matrix-vector product per row of xs
+    """
+    def wrapped(*args):
+        if isinstance(in_axes, list): axes_spec = tuple(in_axes)
+        else: axes_spec = in_axes
+        if isinstance(axes_spec, tuple) and len(axes_spec) != len(args):
+            raise ValueError(at_user_line(f"vmap: in_axes has {len(axes_spec)} entries for {len(args)} arguments"))
+        leaves = tree_util.tree_leaves(args)
+        owner = [i for i, a in enumerate(args) for _ in tree_util.tree_leaves(a)]  # leaf -> positional argument
+        axes = _broadcast_prefix(axes_spec, args, "in_axes")
+        size, sizes = axis_size, []
+        norm_axes = []
+        for i, (leaf, ax) in enumerate(zip(leaves, axes)):
+            shape = tuple(getattr(leaf, "shape", ()))
+            if ax is None:
+                norm_axes.append(None)
+                continue
+            if not -len(shape) <= ax < len(shape):
+                raise ValueError(at_user_line(f"vmap: in_axes {ax} is out of range for argument leaf {i} of shape "
+                                              f"{shape}"))
+            ax %= len(shape)
+            norm_axes.append(ax)
+            sizes.append((i, shape[ax]))
+        found = {s for _, s in sizes}
+        if len(found) > 1 or (size is not None and found and found != {size}):
+            detail = ", ".join(f"argument {owner[i]} (leaf {i}) has size {s}" for i, s in sizes)
+            raise ValueError(at_user_line(f"vmap got inconsistent sizes for the mapped axes: {detail}"
+                                          + (f", axis_size={size}" if size is not None else "")))
+        if size is None:
+            if not found:
+                raise ValueError(at_user_line("vmap needs at least one batched input (in_axes not all None) or "
+                                              "axis_size"))
+            size = found.pop()
+        from fnx.lax import to_array
+        arrays = [to_array(x) for x in leaves]
+        examples = [Array(UOp.const(a.uop.dtype, 0, tuple(s for j, s in enumerate(a.shape) if j != ax)), a.weak_type)
+                    if ax is not None else a for a, ax in zip(arrays, norm_axes)]
+        treedef = tree_util.tree_structure(args)
+        traced = trace(lambda *a: fun(*a), tuple(tree_util.tree_unflatten(treedef, examples)), transform=True,
+                       abstract=True)
+        params = list(traced.fn.src[1:])
+        values: dict[UOp, Batched] = {}
+        for p, a, ax in zip(params, arrays, norm_axes):
+            values[p] = (move_axis(a.uop, ax, 0), 0) if ax is not None else (a.uop, None)
+        with building():
+            results = Batcher(size, values).run(list(traced.body.src))
+            outs = _place_outputs(results, traced, size)
+        return _finish(tree_util.tree_unflatten(traced.out_tree, outs))
+
+    def _place_outputs(results: list[Batched], traced, size: int) -> list[Array]:
+        out_leaves_axes = _broadcast_prefix(out_axes, tree_util.tree_unflatten(traced.out_tree, [0] * len(results)),
+                                            "out_axes")
+        outs = []
+        for (value, bdim), ax, weak in zip(results, out_leaves_axes, traced.out_weak):
+            if ax is None:
+                if bdim is not None:
+                    raise ValueError(at_user_line("vmap: out_axes=None for an output that depends on the batch"))
+                outs.append(Array(value, weak))
+                continue
+            batched = value if bdim is not None else broadcast_batch(value, size)
+            outs.append(Array(move_axis(batched, 0, ax % batched.ndim), weak))
+        return outs
+
+    wrapped.__name__ = getattr(fun, "__name__", "vmapped")
+    wrapped.__doc__ = getattr(fun, "__doc__", None)
+    return wrapped
