@@ -13,9 +13,9 @@ from fnx import numpy  # noqa: E402  (installs the Array operators)
 from fnx import nn, optim, random  # noqa: E402
 
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
-           "device_put", "devices", "dtypes",
-           "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax", "linearize", "local_devices",
-           "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
+           "device_put", "devices", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax",
+           "linearize", "local_devices", "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util",
+           "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):

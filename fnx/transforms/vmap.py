@@ -11,7 +11,7 @@ batched indices fold the batch into the indexed axis.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from fnx import dtypes, tree_util
 from fnx.errors import UnsupportedError, at_user_line
