@@ -573,3 +573,7 @@ def _arg_extreme(name: str, take_max: bool):
 
 argmax = _arg_extreme("argmax", True)
 argmin = _arg_extreme("argmin", False)
+
+
+# ---- structured control flow (fnx/control_flow.py) ----
+from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402, F401

@@ -36,6 +36,8 @@ class Ops(enum.Enum):
     WHERE = enum.auto()
     # call
     FUNCTION = enum.auto(); CALL = enum.auto(); TUPLE = enum.auto(); GETTUPLE = enum.auto()  # noqa: E702
+    # structured control flow (call family): bodies are TUPLEs over PARAMs tagged with the node's arg[0]
+    COND = enum.auto(); WHILE = enum.auto(); SCAN = enum.auto()  # noqa: E702
     # markers
     CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
     # lowering only: never seen by transforms
@@ -56,10 +58,11 @@ class GroupOp:
     Comparison = {Ops.CMPLT, Ops.CMPNE}
     Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
     Call = {Ops.FUNCTION, Ops.CALL, Ops.TUPLE, Ops.GETTUPLE}
+    Control = {Ops.COND, Ops.WHILE, Ops.SCAN}
     Marker = {Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY}
     Lowering = {Ops.RANGE, Ops.LOAD, Ops.STORE, Ops.ACC, Ops.ENDRANGE, Ops.SINK}
     # the frontend primitives: every transform has exactly one rule for each of these
-    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER} | ALU | Call | Marker
+    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER} | ALU | Call | Control | Marker
 
 
 Shape = tuple[int, ...]
@@ -139,6 +142,31 @@ class UOp:
             seen.add(id(u))
             stack.append((u, True))
             stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
+        return order
+
+    @property
+    def operands(self) -> tuple[UOp, ...]:
+        """The sources that are values: a call's or control node's bodies excluded (COND: predicate first)."""
+        if self.op in (Ops.FUNCTION, Ops.CALL, Ops.SCAN): return self.src[1:]
+        if self.op in (Ops.COND, Ops.WHILE): return self.src[2:]
+        return self.src
+
+    @cached_property
+    def graph(self) -> list[UOp]:
+        """Like toposort, but without entering the bodies of calls and control nodes."""
+        order: list[UOp] = []
+        seen: set[int] = set()
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, expanded = stack.pop()
+            if expanded:
+                order.append(u)
+                continue
+            if id(u) in seen: continue
+            seen.add(id(u))
+            stack.append((u, True))
+            srcs = u.src if u is self and u.op is Ops.TUPLE else u.operands
+            stack.extend((s, False) for s in reversed(srcs) if id(s) not in seen)
         return order
 
     @cached_property
@@ -232,11 +260,13 @@ def _infer_shape(u: UOp) -> Shape | None:
         if not 0 <= arg[1] < len(arg[0]) or not u.dtype.is_int: raise _fail(op, f"bad iota {arg} of {u.dtype}")
         return tuple(arg[0])
     if op in GroupOp.Lowering: return ()
-    if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL): return None
+    if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL) or op in GroupOp.Control: return None
     if op is Ops.GETTUPLE:
         body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]
         if not 0 <= arg < len(body.src):
             raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
+        if src[0].op is Ops.SCAN and arg >= src[0].arg[1]:  # per-step outputs are stacked along a new axis
+            return (src[0].arg[2],) + body.src[arg].shape
         return body.src[arg].shape
     x = src[0]
     if op in GroupOp.Movement: return _movement_shape(op, x, arg)

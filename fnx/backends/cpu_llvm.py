@@ -11,7 +11,7 @@ from fnx.backends.device import Backend, Buffer, Executable
 from fnx.backends.llvm_render import render_module
 from fnx.config import config
 from fnx.lower.pipeline import STAGES, Lowering, lower
-from fnx.uop import UOp
+from fnx.uop import Ops, UOp
 
 
 class LLVMCompiler:
@@ -44,13 +44,17 @@ class CPUExecutable(Executable):
     def __init__(self, fn: UOp, device: str, compiler: LLVMCompiler, pool: ThreadPoolExecutor, threads: int):
         self.fn, self.device, self.pool, self.threads = fn, device, pool, threads
         self.lowering: Lowering = lower(fn, threads)
-        self.source = render_module(self.lowering.kernels) if self.lowering.kernels else ""
+        compiled = [(k, lines) for k, lines in self.lowering.kernels if lines is not None]
+        self.source = render_module(compiled) if compiled else ""
         if config.debug >= 3:
             for stage in STAGES: print(f"--- {stage} ---\n{self.lowering.as_text(stage)}")
         if config.debug >= 4: print(self.source)
         self.engine, self.module = compiler.compile(self.source) if self.source else (None, None)
         self.launches = []
-        for kernel, _ in self.lowering.kernels:
+        for kernel, lines in self.lowering.kernels:
+            if lines is None:  # a control-flow step: run on the host
+                self.launches.append((kernel, None, 0))
+                continue
             nargs = max(len(kernel.args), 1)
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)
             func = proto(self.engine.get_function_address(kernel.name))
@@ -64,6 +68,9 @@ class CPUExecutable(Executable):
         for i, spec in enumerate(schedule.buffers):
             if buffers[i] is None: buffers[i] = Buffer(self.device, spec.dtype, spec.size)
         for kernel, func, outer in self.launches:
+            if func is None:
+                self._control(kernel, buffers)
+                continue
             args = [buffers[b].ptr for b in kernel.args] or [0]
             start = time.perf_counter() if config.debug else 0.0
             if kernel.thread_range >= 0:
@@ -78,6 +85,19 @@ class CPUExecutable(Executable):
                 print(f"fnx: kernel{detail} {1e6 * (time.perf_counter() - start):.1f} us")
         return [buffers[b] for b in schedule.outputs]
 
+    def _control(self, step, buffers: list[Buffer]) -> None:
+        """Run a control-flow node: its bodies are compiled functions called from a host loop."""
+        from fnx.backends.control import run_control
+        from fnx.trace import compile_function
+
+        def run_body(fn: UOp, values: list) -> list:
+            outs = compile_function(fn, self.device)([Buffer.from_numpy(self.device, v) for v in values])
+            return [b.numpy(o.shape) for b, o in zip(outs, fn.src[0].src)]
+        spec = self.lowering.schedule.buffers
+        inputs = [buffers[i].numpy(_shape(step.node, j, spec[i].size)) for j, i in enumerate(step.inputs)]
+        for out_id, value in zip(step.outputs, run_control(step.node, inputs, run_body)):
+            buffers[out_id] = Buffer.from_numpy(self.device, value)
+
     def as_text(self, stage: str | None = None) -> str:
         if stage in STAGES: return self.lowering.as_text(stage)
         if stage == "llvm": return self.source
@@ -87,6 +107,11 @@ class CPUExecutable(Executable):
 
     def compiler_asm(self) -> str:
         return _compiler().machine.emit_assembly(self.module) if self.module is not None else ""
+
+
+def _shape(node: UOp, j: int, size: int) -> tuple[int, ...]:
+    """The shape of a control node's j-th input (COND's predicate first)."""
+    return node.operands[j].shape
 
 
 _state: dict = {}

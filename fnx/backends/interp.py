@@ -113,7 +113,8 @@ def _movement(u: UOp, x: np.ndarray) -> np.ndarray:
 
 def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
     """The value of one node given the values of its sources."""
-    src = [values[s] for s in u.src]
+    if u.op in GroupOp.Control: src = []  # a control node reads its operands itself; bodies are not values
+    else: src = [values[s] for s in u.src]
     if u.op is Ops.CONST: return np.full(u.shape, u.arg[0], dtype=u.dtype.np)
     if u.op is Ops.IOTA:
         shape, axis = u.arg
@@ -133,6 +134,10 @@ def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
     if u.op is Ops.TUPLE: return tuple(src)
     if u.op is Ops.GETTUPLE: return src[0][u.arg]
     if u.op is Ops.FUNCTION: return run(u, list(src[1:]))
+    if u.op in GroupOp.Control:
+        from fnx.backends.control import run_control
+        inputs = [values[s] for s in u.operands]  # COND: the predicate, then the operands
+        return tuple(run_control(u, inputs, lambda fn, vals: list(run(fn, vals))))
     raise UnsupportedError(f"interp: no rule for {u.op}")
 
 
@@ -141,7 +146,7 @@ def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     from fnx.lower.pipeline import inline_calls
     values: dict[UOp, np.ndarray] = {}
     body = inline_calls(fn.src[0])
-    for u in body.toposort:
+    for u in body.graph:
         values[u] = np.asarray(args[u.arg[0]]).reshape(u.shape) if u.op is Ops.PARAM else evaluate(u, values)
     return values[body]
 

@@ -13,7 +13,7 @@ from fnx import dtypes
 from fnx.debug.printing import format_function
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.optimize import optimize
-from fnx.lower.rangeify import Kernel, Schedule, rangeify
+from fnx.lower.rangeify import ControlStep, Kernel, Schedule, rangeify
 from fnx.lower.symbolic import simplify_graph
 from fnx.lower.transcendental import transcendental
 from fnx.rewrite import graph_rewrite, substitute
@@ -66,6 +66,10 @@ class Lowering:
         if stage == "callify": return format_function(self.fn)
         parts = []
         for kernel, lines in self.kernels:
+            if lines is None:
+                parts.append(f"{kernel.name}: host loop over compiled bodies, buffers {kernel.inputs} -> "
+                             f"{kernel.outputs}")
+                continue
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
                     f"{[r.arg[1] for r in kernel.ranges]} reduce {[r.arg[1] for r in kernel.reduce_ranges]}")
             if stage == "optimize": head += f", thread-split loop {kernel.thread_range}"
@@ -77,9 +81,12 @@ def lower(fn: UOp, threads: int) -> Lowering:
     fn = callify(fn)
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
-    kernels = []
+    kernels: list = []
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{kernel.name}"
+        if isinstance(kernel, ControlStep):  # runs on the host: its bodies are lowered when first called
+            kernels.append((kernel, None))
+            continue
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
         kernels.extend((k, linearize(k)) for k in optimize(kernel, threads))
     return Lowering(fn, schedule, kernels)

@@ -139,7 +139,7 @@ class KernelBuilder:
 
     def compute(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         """Node u's element at idx from its sources (the kernel's own root is computed, never loaded)."""
-        if u.op in _ALWAYS_REALIZED: raise _Realize(u)
+        if u.op in _ALWAYS_REALIZED or _is_control_output(u): raise _Realize(u)
         self._check_fusion(u, idx)
         op, src = u.op, u.src
         if op is Ops.CONST: return UOp.const(u.dtype, u.arg[0])
@@ -265,14 +265,42 @@ def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule) -> list[Kernel]:
 _ALWAYS_REALIZED = (Ops.REDUCE, Ops.SCATTER, Ops.CONTIGUOUS)
 
 
+def _is_control_output(u: UOp) -> bool:
+    return u.op is Ops.GETTUPLE and u.src[0].op in GroupOp.Control
+
+
 def _must_realize(body: UOp) -> list[UOp]:
-    return [u for u in body.toposort if u.op in _ALWAYS_REALIZED]
+    return [u for u in body.graph if u.op in _ALWAYS_REALIZED or _is_control_output(u)]
+
+
+@dataclass
+class ControlStep:
+    """A control-flow node run on the host: its inputs (COND: predicate first) and one buffer per output."""
+    node: UOp
+    inputs: list[int]
+    outputs: list[int]
+    name: str = "control"
+
+
+def _control_step(node: UOp, schedule: Schedule) -> ControlStep:
+    """Buffers for every output of a control node, fed by its (already realized) operands."""
+    values = list(node.operands)  # COND: the predicate, then the operands
+    missing = [v for v in values if v not in schedule.realized]
+    if missing: raise _Realize(missing[0])
+    body = node.src[0]
+    outputs = []
+    for i in range(len(body.src)):
+        g = UOp(Ops.GETTUPLE, body.src[i].dtype, (node,), i)
+        schedule.buffers.append(BufferSpec(g.dtype, g.size, "intermediate"))
+        schedule.realized[g] = len(schedule.buffers) - 1
+        outputs.append(len(schedule.buffers) - 1)
+    return ControlStep(node, [schedule.realized[v] for v in values], outputs, f"{node.op.name.lower()}")
 
 
 def rangeify(fn: UOp) -> Schedule:
     """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring."""
     body = fn.src[0]
-    params = sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
+    params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg[0])
     nparams = max(len(fn.src) - 1, max((p.arg[0] for p in params), default=-1) + 1)
     buffers = [BufferSpec(dtypes.bool_, 0, "input", i) for i in range(nparams)]
     schedule = Schedule([], buffers, [])
@@ -284,6 +312,15 @@ def rangeify(fn: UOp) -> Schedule:
     while pending:
         u = pending.pop(0)
         if u in done: continue
+        if _is_control_output(u):
+            if u not in schedule.realized:
+                try:
+                    schedule.kernels.append(_control_step(u.src[0], schedule))
+                except _Realize as need:
+                    pending[:0] = [need.node, u]
+                    continue
+            done.add(u)
+            continue
         if u.op is Ops.RESHAPE and (u.src[0] in schedule.realized or u.src[0].op in _ALWAYS_REALIZED):
             if u.src[0] not in schedule.realized:  # a reshape of a buffer is the same buffer: realize the base
                 pending[:0] = [u.src[0], u]
@@ -304,6 +341,7 @@ def rangeify(fn: UOp) -> Schedule:
         schedule.kernels.extend(kernels)
         done.add(u)
     for o in body.src:
+        if o not in schedule.realized and o.op is Ops.PARAM: schedule.realized[o] = o.arg[0]
         buf_id = schedule.realized[o]
         schedule.outputs.append(buf_id)
         if buffers[buf_id].kind == "intermediate": buffers[buf_id].kind = "output"

@@ -36,16 +36,7 @@ def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
 
 def _graph(outs: list[UOp]) -> list[UOp]:
     """The nodes under `outs`, sources first, not descending into call bodies (they are rewritten per call)."""
-    order, seen, stack = [], set(), [(o, False) for o in reversed(outs)]
-    while stack:
-        u, done = stack.pop()
-        if done:
-            order.append(u)
-        elif u not in seen:
-            seen.add(u)
-            stack.append((u, True))
-            stack.extend((s, False) for s in reversed(u.src[1:] if u.op in (Ops.CALL, Ops.FUNCTION) else u.src))
-    return order
+    return [u for u in UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)).graph][:-1]
 
 
 def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) -> list[Array | None]:
