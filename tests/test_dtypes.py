@@ -161,7 +161,11 @@ def test_properties_and_limits():
 def test_matches_jax_promote_types():
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    jax.config.update("jax_enable_x64", True)
-    for a in DTYPES:
-        for b in DTYPES:
-            assert fd.from_numpy(jnp.promote_types(a.np, b.np)) == fd.promote_types(a, b), (a, b)
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)  # fnx promotes like JAX with x64 on; restored for other tests
+    try:
+        for a in DTYPES:
+            for b in DTYPES:
+                assert fd.from_numpy(jnp.promote_types(a.np, b.np)) == fd.promote_types(a, b), (a, b)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
