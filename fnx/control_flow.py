@@ -46,6 +46,12 @@ def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, lis
     return (substitute(body, mapping) if mapping else body), hoist
 
 
+def params_after(params: list[UOp], values: list[UOp], tag: int) -> list[UOp]:
+    """`params` followed by PARAMs (of `tag`) for `values`, numbered on from them."""
+    return params + [UOp(Ops.PARAM, u.dtype, (), (len(params) + i, u.shape, u.device, tag))
+                     for i, u in enumerate(values)]
+
+
 def body_params(node: UOp, body: UOp) -> list[UOp]:
     """The PARAMs of one of a control node's bodies, by slot."""
     tag = node.arg[0] if isinstance(node.arg, tuple) else node.arg
@@ -101,9 +107,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
                           f_traced.out_tree)
         t_body, t_free = close_body(t_outs, t_params, (tag,))
         # the false branch's closed-over values come after the true branch's
-        f_body, f_free = close_body(f_outs, t_params + [UOp(Ops.PARAM, u.dtype, (), (len(t_params) + i, u.shape,
-                                                                                      u.device, tag))
-                                                         for i, u in enumerate(t_free)], (tag,))
+        f_body, f_free = close_body(f_outs, params_after(t_params, t_free, tag), (tag,))
         node = UOp(Ops.COND, dtypes.bool_, (t_body, f_body, p.uop, *[a.uop for a in args], *t_free, *f_free), tag)
         outs = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
                 for i, (o, w) in enumerate(zip(t_outs, t_traced.out_weak))]
@@ -124,16 +128,10 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
             raise TypeError(at_user_line(f"while_loop: cond_fun must return a scalar bool, got "
                                          f"{[f'{o.dtype}{list(o.shape)}' for o in c_outs]}"))
         body, free = close_body(b_outs, params, (tag,))
-        cond_body, c_free = close_body(c_outs, params + [UOp(Ops.PARAM, u.dtype, (), (len(params) + i, u.shape, u.device,
-                                                                                       tag)) for i, u in enumerate(free)],
-                                       (tag,))
-        if c_free or free:  # closed-over values ride along as carries that the body passes through unchanged
-            extra = free + c_free
-            n = len(params)
-            all_params = params + [UOp(Ops.PARAM, u.dtype, (), (n + i, u.shape, u.device, tag)) for i, u in enumerate(extra)]
-            body = UOp(Ops.TUPLE, dtypes.bool_, body.src + tuple(all_params[n:]))
-        else:
-            extra = []
+        cond_body, c_free = close_body(c_outs, params_after(params, free, tag), (tag,))
+        extra = free + c_free  # closed-over values ride along as carries that the body passes through unchanged
+        if extra:
+            body = UOp(Ops.TUPLE, dtypes.bool_, body.src + tuple(params_after(params, extra, tag)[len(params):]))
         node = UOp(Ops.WHILE, dtypes.bool_, (body, cond_body, *[a.uop for a in args], *extra), tag)
         outs = [Array(UOp(Ops.GETTUPLE, a.uop.dtype, (node,), i), a.weak_type) for i, a in enumerate(args)]
         return _finish(tree_util.tree_unflatten(in_tree, outs))
@@ -171,7 +169,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         body, free = close_body(outs, params, (tag,))
         node = UOp(Ops.SCAN, dtypes.bool_, (body, *[a.uop for a in carry], *[a.uop for a in x_arrays], *free),
                    (tag, nc, n, bool(reverse), len(x_arrays)))
-        results = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w) for i, (o, w) in enumerate(zip(outs, traced.out_weak))]
+        results = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
+                   for i, (o, w) in enumerate(zip(outs, traced.out_weak))]
         final = tree_util.tree_unflatten(children[0], results[:nc])
         ys = tree_util.tree_unflatten(children[1], results[nc:])
         return _finish((final, ys))

@@ -11,7 +11,7 @@ from fnx.backends.device import Backend, Buffer, Executable
 from fnx.backends.llvm_render import render_module
 from fnx.config import config
 from fnx.lower.pipeline import STAGES, Lowering, lower
-from fnx.uop import Ops, UOp
+from fnx.uop import UOp
 
 
 class LLVMCompiler:

@@ -19,7 +19,7 @@ import numpy as np
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, _realize_tree, building, inline, state, trace
-from fnx.uop import Ops, UOp
+from fnx.uop import GroupOp, Ops, UOp
 
 # ---- the backward pass over a graph ----
 
@@ -28,8 +28,10 @@ def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
     """Nodes under `outs` that depend on some node of `wrt` through float values (a CALL carries its outputs')."""
     live = set(wrt)
     for u in _graph(outs):
-        if u not in live and any(s in live for s in u.src[1:] if u.op is Ops.CALL) or \
-                u.op is not Ops.CALL and any(s in live for s in u.src) and u.dtype.is_float:
+        if u in live: continue
+        if u.op is Ops.CALL or u.op in GroupOp.Control:
+            if any(s in live for s in u.operands): live.add(u)
+        elif u.dtype.is_float and any(s in live for s in u.src):
             live.add(u)
     return live
 
@@ -57,9 +59,9 @@ def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) ->
             call_cts[u.arg] = grads[u] if u.arg not in call_cts else call_cts[u.arg] + grads[u]
             live.add(u.src[0])
             continue
-        if u.op is Ops.CALL:
+        if u.op is Ops.CALL or u.op in GroupOp.Control:  # rules that take one cotangent per output
             cts = [grads[u].get(i) for i in range(len(u.src[0].src))]
-            for s, g in zip(u.src[1:], call_vjp(u, cts)): send(s, g)
+            for s, g in zip(u.operands, vjp_rules[u.op](u, cts)): send(s, g)
             continue
         rule = vjp_rules.get(u.op)
         if rule is None:
@@ -409,6 +411,15 @@ vjp_rules[Ops.MOD] = _floats(lambda g, u, x, y: (g, -g * lax.trunc(x / y)))
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): vjp_rules[_op] = _no_grad
 vjp_rules[Ops.WHERE] = _floats(lambda g, u, c, a, b: (None, lax.select(c, g, lax.full(g.shape, 0, g.uop.dtype)),
                                                        lax.select(c, lax.full(g.shape, 0, g.uop.dtype), g)))
+vjp_rules[Ops.CALL] = call_vjp  # (node, cotangent per output) -> cotangent per operand
+
+
+def _control_vjp(node: UOp, cts: list) -> list:
+    from fnx.transforms.control_rules import control_vjp
+    return control_vjp(node, cts)
+
+
+for _op in GroupOp.Control: vjp_rules[_op] = _control_vjp
 vjp_rules[Ops.CONTIGUOUS] = lambda g, u, x: (g,)
 vjp_rules[Ops.DETACH] = _no_grad
 vjp_rules[Ops.COPY] = lambda g, u, x: (g,)

@@ -16,21 +16,20 @@ from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, building, inline, trace
 from fnx.transforms.grad import _argnums_tuple, _finish, _graph, _product_of_others, jacrev
-from fnx.uop import Ops, UOp
+from fnx.uop import GroupOp, Ops, UOp
 
 
 def forward(outs: list[UOp], wrt: list[UOp], tangents: list[Array | None]) -> list[Array | None]:
     """Tangents of `outs` given tangents of `wrt` (None: zero). Builds graph; call inside `building()`."""
     tans: dict[UOp, Any] = {w: t for w, t in zip(wrt, tangents) if t is not None}
     for u in _graph(outs):
-        if u in tans or not any(s in tans for s in u.src): continue
-        if u.op is Ops.CALL:
-            _, touts = call_tangents(u, [Array(s) for s in u.src[1:]], [tans.get(s) for s in u.src[1:]])
-            tans[u] = touts
+        if u in tans or not any(s in tans for s in u.operands): continue
+        if u.op is Ops.CALL or u.op in GroupOp.Control:  # rules that give one tangent per output
+            tans[u] = jvp_rules[u.op](u, [tans.get(s) for s in u.operands])
             continue
         if u.op is Ops.GETTUPLE:
             t = tans[u.src[0]][u.arg]
-            if t is not None: tans[u] = t
+            if t is not None: tans[u] = t if isinstance(t, Array) else Array(t)
             continue
         if not u.dtype.is_float: continue
         rule = jvp_rules.get(u.op)
@@ -278,6 +277,15 @@ jvp_rules[Ops.MAX] = _max
 jvp_rules[Ops.MOD] = _mod
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): jvp_rules[_op] = lambda u, s, t: None
 jvp_rules[Ops.WHERE] = _where
+jvp_rules[Ops.CALL] = lambda u, tans: call_tangents(u, [Array(s) for s in u.operands], tans)[1]
+
+
+def _control_jvp(node: UOp, tans: list) -> list:
+    from fnx.transforms.control_rules import control_jvp
+    return [t for _, t in control_jvp(node, tans)]
+
+
+for _op in GroupOp.Control: jvp_rules[_op] = _control_jvp
 jvp_rules[Ops.CONTIGUOUS] = _linear(_same_op)
 jvp_rules[Ops.DETACH] = lambda u, srcs, tans: None
 jvp_rules[Ops.COPY] = _linear(_same_op)

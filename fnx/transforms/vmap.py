@@ -47,6 +47,7 @@ class Batcher:
 
     def __init__(self, size: int, values: dict[UOp, Batched]):
         self.size, self.values = size, values
+        self.control: dict[UOp, list[Batched]] = {}
 
     def batched(self, u: UOp) -> UOp:
         """u's batched value with the batch axis in front (unbatched values are broadcast)."""
@@ -56,9 +57,13 @@ class Batcher:
     def run(self, outs: list[UOp]) -> list[Batched]:
         from fnx.transforms.grad import _graph
         for u in _graph(outs):
-            if u in self.values or u.op is Ops.CALL: continue  # a call is handled at its outputs
+            if u in self.values or u.op is Ops.CALL or u.op in GroupOp.Control: continue  # handled at outputs
             if u.op is Ops.GETTUPLE and u.src[0].op is Ops.CALL:
                 self.values[u] = self._call_output(u)
+                continue
+            if u.op is Ops.GETTUPLE and u.src[0].op in GroupOp.Control:
+                if u.src[0] not in self.control: self.control[u.src[0]] = batch_control(self, u.src[0])
+                self.values[u] = self.control[u.src[0]][u.arg]
                 continue
             if all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node as it is
                 self.values[u] = (UOp(u.op, u.dtype, tuple(self.values[s][0] for s in u.src), u.arg), None)
@@ -72,14 +77,121 @@ class Batcher:
     def _call_output(self, g: UOp) -> Batched:
         """An output of a call: kept when no argument is batched, else the call's body is batched inline."""
         call = g.src[0]
-        args = [self.values[a] for a in call.src[1:]]
-        if all(bdim is None for _, bdim in args):
-            new_call = UOp(Ops.CALL, call.dtype, (call.src[0], *[v for v, _ in args]), call.arg)
-            return (UOp(Ops.GETTUPLE, g.dtype, (new_call,), g.arg), None)
+        if call not in self.control: self.control[call] = self._batch_call(call)
+        return self.control[call][g.arg]
+
+    def _batch_call(self, call: UOp) -> list[Batched]:
+        """A call with batched arguments (or a body closing over batched values) becomes a call of the batched
+        body, with its custom rule batched too (vmap of the user's jvp, fwd and bwd)."""
+        import dataclasses
+        from fnx.transforms.control_rules import next_tag
         body, rule = call.src[0], call.arg
-        params = [p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag]
-        inner = Batcher(self.size, {p: args[p.arg[0]] for p in params})
-        return inner.run([body.src[g.arg]])[0]
+        args = [self.values[a] for a in call.src[1:]]
+        closes = any(self.values.get(u, (None, None))[1] is not None for u in body.toposort if u not in call.src)
+        if all(bdim is None for _, bdim in args) and not closes:
+            kept = UOp(Ops.CALL, call.dtype, (body, *[v for v, _ in args]), rule)
+            return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(body.src)]
+        tag = ("call", next_tag())
+        batched = [self.batched(a) for a in call.src[1:]]
+        params = {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag}
+        fresh = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device) + tag) for i, a in enumerate(batched)]
+        inner = Batcher(self.size, {**self.values, **{params[i]: (fresh[i], 0) for i in params}})
+        outs = [v if bd is not None else broadcast_batch(v, self.size) for v, bd in inner.run(list(body.src))]
+        new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
+        new_call = UOp(Ops.CALL, call.dtype, (UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), *batched), new_rule)
+        return [(UOp(Ops.GETTUPLE, o.dtype, (new_call,), i), 0) for i, o in enumerate(outs)]
+
+
+def _batched_rule(rule) -> dict:
+    """The user's rule functions of a custom call, mapped over a leading batch axis of every argument."""
+    static_pos = dict(rule.static)
+
+    def dynamic(full: tuple) -> list:
+        return [a for i, a in enumerate(full) if i not in static_pos]
+
+    def merge(dyn: tuple) -> list:
+        it = iter(dyn)
+        return [static_pos[i] if i in static_pos else next(it) for i in range(len(static_pos) + len(dyn))]
+    out = {}
+    if rule.jvp is not None:
+        out["jvp"] = lambda *a: vmap(lambda p, t: rule.jvp(*a[:-2], p, t))(a[-2], a[-1])
+    if rule.fwd is not None:
+        out["fwd"] = lambda *full: vmap(lambda *d: rule.fwd(*merge(d)))(*dynamic(full))
+        out["bwd"] = lambda *a: vmap(lambda r, c: rule.bwd(*a[:-2], r, c))(a[-2], a[-1])
+    return out
+
+
+# ---- control flow: new nodes whose bodies work on batched values ----
+
+def batch_control(b: Batcher, node: UOp) -> list[Batched]:
+    """Batched values of every output of a control node."""
+    from fnx.transforms.control_rules import _params, _param, _tuple, next_tag
+    ops = [b.values[s] for s in node.operands]
+    if all(bd is None for _, bd in ops):
+        kept = UOp(node.op, node.dtype, node.src[:len(node.src) - len(node.operands)] + tuple(v for v, _ in ops),
+                   node.arg)
+        return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(node.src[0].src)]
+    if node.op is Ops.COND:  # both branches on every example, then a per-example select
+        (pred, pbd), values = ops[0], ops[1:]
+        outs = []
+        for body in node.src[:2]:
+            params = _params(node, body)
+            inner = Batcher(b.size, {**b.values, **{params[i]: values[i] for i in params}})
+            outs.append(inner.run(list(body.src)))
+        result = []
+        for (t, tb), (f, fb) in zip(*outs):
+            if tb is None and fb is None and pbd is None:
+                result.append((pred.alu(Ops.WHERE, t, f) if not t.shape else _select(pred, t, f), None))
+                continue
+            tv = t if tb is not None else broadcast_batch(t, b.size)
+            fv = f if fb is not None else broadcast_batch(f, b.size)
+            p = pred if pbd is not None else broadcast_batch(pred, b.size)
+            result.append((_select(p, tv, fv), 0))
+        return result
+    tag = next_tag()
+    if node.op is Ops.SCAN:
+        _, nc, length, reverse, nx = node.arg
+        n = len(ops)
+        batched_ops = [(b.batched(node.operands[i]) if i < nc else v if bd is None else
+                        (move_axis(v, 0, 1) if i < nc + nx else v), i < nc or bd is not None)
+                       for i, (v, bd) in enumerate(ops)]
+        params = _params(node, node.src[0])
+        new_params, mapping = [], {}
+        for i, ((v, batched), old) in enumerate(zip(batched_ops, [node.operands[j] for j in range(n)])):
+            step_shape = v.shape[1:] if nc <= i < nc + nx else v.shape
+            p = _param(v, i, tag, step_shape)
+            new_params.append(p)
+            if i in params: mapping[params[i]] = (p, 0 if batched else None)
+        outs = Batcher(b.size, {**b.values, **mapping}).run(list(node.src[0].src))
+        body = _tuple([v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs])
+        new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), (tag, nc, length, reverse, nx))
+        res = [UOp(Ops.GETTUPLE, o.dtype, (new,), i) for i, o in enumerate(body.src)]
+        return [(r, 0) for r in res[:nc]] + [(move_axis(r, 1, 0), 0) for r in res[nc:]]
+    # WHILE: every carry batched; examples whose predicate turned false keep their carry
+    carries = [b.batched(s) for s in node.operands]
+    params = _params(node, node.src[0])
+    new_params = [_param(c, i, tag) for i, c in enumerate(carries)]
+    mapping = {params[i]: (new_params[i], 0) for i in params}
+    c_params = _params(node, node.src[1])
+    c_mapping = {c_params[i]: (new_params[i], 0) for i in c_params}
+    outs = Batcher(b.size, {**b.values, **mapping}).run(list(node.src[0].src))
+    (pred, pbd), = Batcher(b.size, {**b.values, **c_mapping}).run(list(node.src[1].src))
+    new_carry = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs]
+    if pbd is not None:
+        new_carry = [_select(pred, nv, p) for nv, p in zip(new_carry, new_params)]
+        pred = UOp(Ops.RESHAPE, pred.dtype, (UOp(Ops.REDUCE, pred.dtype, (pred,), (Ops.MAX, (0,))),), ())
+    new = UOp(Ops.WHILE, dtypes.bool_, (_tuple(new_carry), _tuple([pred]), *carries), tag)
+    return [(UOp(Ops.GETTUPLE, c.dtype, (new,), i), 0) for i, c in enumerate(carries)]
+
+
+def _select(pred: UOp, a: UOp, b: UOp) -> UOp:
+    """WHERE with a per-example (or scalar) predicate broadcast over the values' trailing axes."""
+    if pred.shape != a.shape:
+        lead = pred.shape + (1,) * (a.ndim - pred.ndim)
+        pred = UOp(Ops.EXPAND, pred.dtype, (UOp(Ops.RESHAPE, pred.dtype, (pred,), lead),), a.shape) \
+            if pred.shape else UOp(Ops.EXPAND, pred.dtype, (UOp(Ops.RESHAPE, pred.dtype, (pred,), (1,) * a.ndim),),
+                                   a.shape) if a.ndim else pred
+    return UOp(Ops.WHERE, a.dtype, (pred, a, b))
 
 
 # ---- rules: each returns the node's value with the batch axis in front ----
@@ -170,6 +282,7 @@ batch_rules[Ops.REDUCE] = _reduce
 batch_rules[Ops.SCATTER] = _scatter
 for _op in GroupOp.ALU: batch_rules[_op] = _elementwise
 for _op in GroupOp.Marker: batch_rules[_op] = _marker
+for _op in GroupOp.Control: batch_rules[_op] = lambda b, u: batch_control(b, u)  # outputs via batch_control
 
 
 # ---- the user-facing transform ----
@@ -264,6 +377,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
                 outs.append(Array(value, weak))
                 continue
             batched = value if bdim is not None else broadcast_batch(value, size)
+            if not -batched.ndim <= ax < batched.ndim:
+                raise ValueError(at_user_line(f"vmap: out_axes {ax} is out of range for an output of rank "
+                                              f"{batched.ndim - 1}"))
             outs.append(Array(move_axis(batched, 0, ax % batched.ndim), weak))
         return outs
 

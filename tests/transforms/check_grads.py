@@ -185,6 +185,11 @@ def _primitive_cases() -> list[tuple[str, Callable, tuple, dict]]:
         ("REDUCE(max)", lambda x: lax.reduce_max(x, (0,)), (distinct,)),
         ("REDUCE(mul)", lambda x: lax.reduce_prod(x, (1,)), (with_zero,)),
         ("CONTIGUOUS", lambda x: lax.mul(via_uop(Ops.CONTIGUOUS, lax.sin(x)), x), (sig,)),
+        ("COND", lambda x: lax.cond(lax.reduce_sum(x, (0, 1)) > 0, lambda a: lax.mul(lax.sin(a), a),
+                                    lambda a: lax.mul(a, a), x), (sig,)),
+        ("SCAN", lambda x: lax.scan(lambda c, row: (lax.add(lax.mul(c, row), lax.sin(row)), lax.mul(c, c)),
+                                    lax.add(lax.mul(lax.reshape(lax.slice_in_dim(x, 0, 1), x.shape[1:]), 0.25), 0.5),
+                                    x)[1], (sig,)),
     ]
     return [case if len(case) == 4 else case + ({},) for case in cases]
 
