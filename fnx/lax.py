@@ -577,3 +577,57 @@ argmin = _arg_extreme("argmin", False)
 
 # ---- structured control flow (fnx/control_flow.py) ----
 from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402, F401
+
+
+# ---- collectives over a named axis (a vmap's axis_name) ----
+
+def _axis_size(axis_name: str, op: str) -> int:
+    if axis_name not in state.axis_sizes:
+        raise NameError(at_user_line(f"{op}: unbound axis name {axis_name!r}; collectives need an enclosing "
+                                     f"vmap(..., axis_name={axis_name!r})"))
+    return state.axis_sizes[axis_name]
+
+
+def _collective(kind: str, x: Any, axis_name: str, axis: int = 0) -> Array:
+    a = to_array(x)
+    size = _axis_size(axis_name, kind)
+    return Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), (kind, axis_name, size, axis)), a.weak_type)
+
+
+def _tree_collective(kind: str):
+    def fn(x, axis_name: str):
+        from fnx import tree_util
+        return tree_util.tree_map(lambda leaf: _collective(kind, leaf, axis_name), x)
+    return _export(fn, kind, f"The {kind[1:]} of x over the named axis `axis_name` (every example gets it).")
+
+
+psum = _tree_collective("psum")
+pmax = _tree_collective("pmax")
+pmin = _tree_collective("pmin")
+
+
+@eager_op
+def pmean(x, axis_name: str):
+    """The mean of x over the named axis `axis_name`."""
+    from fnx import tree_util
+    size = _axis_size(axis_name, "pmean")
+    return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
+                              if to_array(leaf).uop.dtype.is_float else _collective("psum", leaf, axis_name) // size, x)
+
+
+@eager_op
+def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Array:
+    """Every example's x, stacked along a new axis `axis` (or concatenated along it with tiled=True)."""
+    a = to_array(x)
+    axis = _axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
+    out = _collective("all_gather", a, axis_name, axis)
+    if not tiled: return out
+    shape = a.shape[:axis] + (out.shape[axis] * a.shape[axis],) + a.shape[axis + 1:]
+    return reshape(out, shape)
+
+
+@eager_op
+def axis_index(axis_name: str) -> Array:
+    """This example's index along the named axis."""
+    size = _axis_size(axis_name, "axis_index")
+    return Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), ("axis_index", axis_name, size, 0)))

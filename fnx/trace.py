@@ -32,6 +32,7 @@ class _State:
     tracing = 0          # > 0 inside a trace whose values are abstract (jit, make_graph)
     default_device = canonical_device(config.device)
     bindings: dict = {}  # PARAM -> concrete value, for transforms traced outside jit (Python `if` on values works)
+    axis_sizes: dict = {}  # named axes of the enclosing vmaps -> their sizes (for collectives)
 
 
 state = _State()

@@ -40,6 +40,8 @@ class Ops(enum.Enum):
     COND = enum.auto(); WHILE = enum.auto(); SCAN = enum.auto()  # noqa: E702
     # markers
     CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
+    # collectives over a named (vmapped) axis: arg = (kind, axis name, size, gather axis)
+    COLLECTIVE = enum.auto()
     # lowering only: never seen by transforms
     RANGE = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); ACC = enum.auto()  # noqa: E702
     ENDRANGE = enum.auto(); SINK = enum.auto()  # noqa: E702
@@ -62,7 +64,7 @@ class GroupOp:
     Marker = {Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY}
     Lowering = {Ops.RANGE, Ops.LOAD, Ops.STORE, Ops.ACC, Ops.ENDRANGE, Ops.SINK}
     # the frontend primitives: every transform has exactly one rule for each of these
-    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER} | ALU | Call | Control | Marker
+    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER, Ops.COLLECTIVE} | ALU | Call | Control | Marker
 
 
 Shape = tuple[int, ...]
@@ -260,6 +262,11 @@ def _infer_shape(u: UOp) -> Shape | None:
         if not 0 <= arg[1] < len(arg[0]) or not u.dtype.is_int: raise _fail(op, f"bad iota {arg} of {u.dtype}")
         return tuple(arg[0])
     if op in GroupOp.Lowering: return ()
+    if op is Ops.COLLECTIVE:
+        kind, _, size, axis = arg
+        if kind == "axis_index": return ()
+        if kind == "all_gather": return src[0].shape[:axis] + (size,) + src[0].shape[axis:]
+        return src[0].shape
     if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL) or op in GroupOp.Control: return None
     if op is Ops.GETTUPLE:
         body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]

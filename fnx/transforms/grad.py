@@ -411,6 +411,19 @@ vjp_rules[Ops.MOD] = _floats(lambda g, u, x, y: (g, -g * lax.trunc(x / y)))
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): vjp_rules[_op] = _no_grad
 vjp_rules[Ops.WHERE] = _floats(lambda g, u, c, a, b: (None, lax.select(c, g, lax.full(g.shape, 0, g.uop.dtype)),
                                                        lax.select(c, lax.full(g.shape, 0, g.uop.dtype), g)))
+def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
+    """psum's transpose is psum; pmax/pmin send the summed cotangent to the extreme examples; all_gather's
+    cotangent for this example is its slice of the summed cotangent."""
+    kind, name, _, axis = u.arg
+    if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
+    total = lax.psum(g, name)
+    if kind == "psum": return (total,)
+    if kind == "all_gather": return (lax.gather_axis(total, lax.axis_index(name), axis),)
+    hit = (srcs[0] == Array(u)).astype(g.dtype)
+    return (total * hit / lax.psum(hit, name),)
+
+
+vjp_rules[Ops.COLLECTIVE] = _collective_vjp
 vjp_rules[Ops.CALL] = call_vjp  # (node, cotangent per output) -> cotangent per operand
 
 

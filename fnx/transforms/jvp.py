@@ -277,6 +277,15 @@ jvp_rules[Ops.MAX] = _max
 jvp_rules[Ops.MOD] = _mod
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): jvp_rules[_op] = lambda u, s, t: None
 jvp_rules[Ops.WHERE] = _where
+def _collective(u, srcs, tans):
+    kind, name, _, axis = u.arg
+    if kind == "axis_index" or tans[0] is None: return None
+    if kind in ("psum", "all_gather"): return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
+    hit = (srcs[0] == Array(u)).astype(tans[0].dtype)  # pmax/pmin: the tangents of the extreme examples
+    return lax.psum(tans[0] * hit, name) / lax.psum(hit, name)
+
+
+jvp_rules[Ops.COLLECTIVE] = _collective
 jvp_rules[Ops.CALL] = lambda u, tans: call_tangents(u, [Array(s) for s in u.operands], tans)[1]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from fnx import dtypes, tree_util
 from fnx.errors import UnsupportedError, at_user_line
-from fnx.trace import Array, building, trace
+from fnx.trace import Array, building, state, trace
 from fnx.transforms.grad import _finish
 from fnx.uop import GroupOp, Ops, UOp
 
@@ -45,8 +45,8 @@ def broadcast_batch(x: UOp, size: int) -> UOp:
 class Batcher:
     """Rebuilds one traced body with a batch axis of `size`; `values` maps nodes to (value, batch dim)."""
 
-    def __init__(self, size: int, values: dict[UOp, Batched]):
-        self.size, self.values = size, values
+    def __init__(self, size: int, values: dict[UOp, Batched], axis_name: str | None = None):
+        self.size, self.values, self.axis_name = size, values, axis_name
         self.control: dict[UOp, list[Batched]] = {}
 
     def batched(self, u: UOp) -> UOp:
@@ -65,8 +65,12 @@ class Batcher:
                 if u.src[0] not in self.control: self.control[u.src[0]] = batch_control(self, u.src[0])
                 self.values[u] = self.control[u.src[0]][u.arg]
                 continue
-            if all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node as it is
+            mine = u.op is Ops.COLLECTIVE and u.arg[1] == self.axis_name  # a collective over this vmap's axis
+            if not mine and all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node
                 self.values[u] = (UOp(u.op, u.dtype, tuple(self.values[s][0] for s in u.src), u.arg), None)
+                continue
+            if mine:
+                self.values[u] = _collective(self, u)
                 continue
             rule = batch_rules.get(u.op)
             if rule is None:
@@ -95,7 +99,7 @@ class Batcher:
         batched = [self.batched(a) for a in call.src[1:]]
         params = {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag}
         fresh = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device) + tag) for i, a in enumerate(batched)]
-        inner = Batcher(self.size, {**self.values, **{params[i]: (fresh[i], 0) for i in params}})
+        inner = Batcher(self.size, {**self.values, **{params[i]: (fresh[i], 0) for i in params}}, self.axis_name)
         outs = [v if bd is not None else broadcast_batch(v, self.size) for v, bd in inner.run(list(body.src))]
         new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
         new_call = UOp(Ops.CALL, call.dtype, (UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), *batched), new_rule)
@@ -136,7 +140,7 @@ def batch_control(b: Batcher, node: UOp) -> list[Batched]:
         outs = []
         for body in node.src[:2]:
             params = _params(node, body)
-            inner = Batcher(b.size, {**b.values, **{params[i]: values[i] for i in params}})
+            inner = Batcher(b.size, {**b.values, **{params[i]: values[i] for i in params}}, b.axis_name)
             outs.append(inner.run(list(body.src)))
         result = []
         for (t, tb), (f, fb) in zip(*outs):
@@ -162,7 +166,7 @@ def batch_control(b: Batcher, node: UOp) -> list[Batched]:
             p = _param(v, i, tag, step_shape)
             new_params.append(p)
             if i in params: mapping[params[i]] = (p, 0 if batched else None)
-        outs = Batcher(b.size, {**b.values, **mapping}).run(list(node.src[0].src))
+        outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
         body = _tuple([v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs])
         new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), (tag, nc, length, reverse, nx))
         res = [UOp(Ops.GETTUPLE, o.dtype, (new,), i) for i, o in enumerate(body.src)]
@@ -174,8 +178,8 @@ def batch_control(b: Batcher, node: UOp) -> list[Batched]:
     mapping = {params[i]: (new_params[i], 0) for i in params}
     c_params = _params(node, node.src[1])
     c_mapping = {c_params[i]: (new_params[i], 0) for i in c_params}
-    outs = Batcher(b.size, {**b.values, **mapping}).run(list(node.src[0].src))
-    (pred, pbd), = Batcher(b.size, {**b.values, **c_mapping}).run(list(node.src[1].src))
+    outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
+    (pred, pbd), = Batcher(b.size, {**b.values, **c_mapping}, b.axis_name).run(list(node.src[1].src))
     new_carry = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs]
     if pbd is not None:
         new_carry = [_select(pred, nv, p) for nv, p in zip(new_carry, new_params)]
@@ -269,6 +273,32 @@ def _scatter(b: Batcher, u: UOp) -> UOp:
     return move_axis(unfolded, 1, 1 + axis)
 
 
+def _collective(b: Batcher, u: UOp) -> Batched:
+    """A collective over this vmap's axis: a reduction (or gather) across the batch."""
+    kind, _, size, axis = u.arg
+    if kind == "axis_index": return (UOp(Ops.IOTA, dtypes.int32, (), ((b.size,), 0)), 0)
+    x = b.batched(u.src[0])
+    if kind == "all_gather": return (move_axis(x, 0, axis), None)
+    op = Ops.ADD if kind == "psum" else Ops.MAX
+    flip = kind == "pmin"  # min = an order-reversing map, max, and the map back
+    if flip: x = _order_reversed(x)
+    out = UOp(Ops.RESHAPE, x.dtype, (UOp(Ops.REDUCE, x.dtype, (x,), (op, (0,))),), x.shape[1:])
+    return (_order_reversed(out) if flip else out, None)
+
+
+def _order_reversed(x: UOp) -> UOp:
+    if x.dtype.is_float: return UOp(Ops.MUL, x.dtype, (x, UOp.const(x.dtype, -1.0, x.shape)))
+    return UOp(Ops.XOR, x.dtype, (x, UOp.const(x.dtype, -1 if not x.dtype.is_bool else True, x.shape)))
+
+
+def _other_collective(b: Batcher, u: UOp) -> UOp:
+    """A collective over an enclosing vmap's axis: applied per example of this one (the batch stays in front)."""
+    kind, name, size, axis = u.arg
+    if kind == "axis_index": return broadcast_batch(u, b.size)
+    return UOp(Ops.COLLECTIVE, u.dtype, (b.batched(u.src[0]),), (kind, name, size, axis + 1 if kind == "all_gather"
+                                                                  else axis))
+
+
 def _iota_like(b: Batcher, u: UOp) -> UOp:
     raise AssertionError("sources are never batched")
 
@@ -283,6 +313,7 @@ batch_rules[Ops.SCATTER] = _scatter
 for _op in GroupOp.ALU: batch_rules[_op] = _elementwise
 for _op in GroupOp.Marker: batch_rules[_op] = _marker
 for _op in GroupOp.Control: batch_rules[_op] = lambda b, u: batch_control(b, u)  # outputs via batch_control
+batch_rules[Ops.COLLECTIVE] = _other_collective  # over this vmap's own axis: `_collective`
 
 
 # ---- the user-facing transform ----
@@ -355,14 +386,19 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
         examples = [Array(UOp.const(a.uop.dtype, 0, tuple(s for j, s in enumerate(a.shape) if j != ax)), a.weak_type)
                     if ax is not None else a for a, ax in zip(arrays, norm_axes)]
         treedef = tree_util.tree_structure(args)
-        traced = trace(lambda *a: fun(*a), tuple(tree_util.tree_unflatten(treedef, examples)), transform=True,
-                       abstract=True)
+        previous = dict(state.axis_sizes)
+        if axis_name is not None: state.axis_sizes[axis_name] = size
+        try:
+            traced = trace(lambda *a: fun(*a), tuple(tree_util.tree_unflatten(treedef, examples)), transform=True,
+                           abstract=True)
+        finally:
+            state.axis_sizes = previous
         params = list(traced.fn.src[1:])
         values: dict[UOp, Batched] = {}
         for p, a, ax in zip(params, arrays, norm_axes):
             values[p] = (move_axis(a.uop, ax, 0), 0) if ax is not None else (a.uop, None)
         with building():
-            results = Batcher(size, values).run(list(traced.body.src))
+            results = Batcher(size, values, axis_name).run(list(traced.body.src))
             outs = _place_outputs(results, traced, size)
         return _finish(tree_util.tree_unflatten(traced.out_tree, outs))
 

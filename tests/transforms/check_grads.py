@@ -185,6 +185,7 @@ def _primitive_cases() -> list[tuple[str, Callable, tuple, dict]]:
         ("REDUCE(max)", lambda x: lax.reduce_max(x, (0,)), (distinct,)),
         ("REDUCE(mul)", lambda x: lax.reduce_prod(x, (1,)), (with_zero,)),
         ("CONTIGUOUS", lambda x: lax.mul(via_uop(Ops.CONTIGUOUS, lax.sin(x)), x), (sig,)),
+        ("COLLECTIVE", lambda x: fnx.vmap(lambda r: lax.mul(lax.psum(r, "i"), lax.sin(r)), axis_name="i")(x), (sig,)),
         ("COND", lambda x: lax.cond(lax.reduce_sum(x, (0, 1)) > 0, lambda a: lax.mul(lax.sin(a), a),
                                     lambda a: lax.mul(a, a), x), (sig,)),
         ("SCAN", lambda x: lax.scan(lambda c, row: (lax.add(lax.mul(c, row), lax.sin(row)), lax.mul(c, c)),
