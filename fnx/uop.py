@@ -64,7 +64,8 @@ class GroupOp:
     Marker = {Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY}
     Lowering = {Ops.RANGE, Ops.LOAD, Ops.STORE, Ops.ACC, Ops.ENDRANGE, Ops.SINK}
     # the frontend primitives: every transform has exactly one rule for each of these
-    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER, Ops.COLLECTIVE} | ALU | Call | Control | Marker
+    Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER, Ops.COLLECTIVE} | ALU | Call | Control \
+        | Marker
 
 
 Shape = tuple[int, ...]
