@@ -148,6 +148,76 @@ def w4_mlp_step():
     report("W4 MLP train step 784-512-10 b256", res, f"fnx {1 / res['fnx']:.0f} steps/s")
 
 
+def _linear_loss(lib, nn_lib):
+    def loss(w, x, onehot):
+        return -lib.sum(nn_lib.log_softmax(x @ w) * onehot)
+    return loss
+
+
+def _numpy_per_example_grads(w, x, onehot):
+    """Per-example gradients of the softmax cross-entropy of x_i @ w: outer(x_i, softmax(x_i w) - onehot_i)."""
+    logits = x @ w
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return x[:, :, None] * (e / e.sum(axis=-1, keepdims=True) - onehot)[:, None, :]
+
+
+def w5_per_example_grads():
+    rng = np.random.default_rng(0)
+    w_np = (rng.standard_normal((256, 10)) * 0.05).astype(np.float32)
+    x_np = rng.standard_normal((128, 256)).astype(np.float32)
+    onehot_np = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    f = fnx.jit(fnx.vmap(fnx.grad(_linear_loss(jnp, fnx.nn)), in_axes=(None, 0, 0)))
+    w, x, onehot = jnp.asarray(w_np), jnp.asarray(x_np), jnp.asarray(onehot_np)
+    expected = _numpy_per_example_grads(w_np, x_np, onehot_np)
+    np.testing.assert_allclose(np.asarray(f(w, x, onehot)), expected, rtol=1e-4, atol=1e-6)
+    res = {"fnx": best(lambda: block(f(w, x, onehot))), "numpy": best(lambda: _numpy_per_example_grads(w_np, x_np,
+                                                                                                     onehot_np))}
+    if jax:
+        jf = jax.jit(jax.vmap(jax.grad(_linear_loss(jjnp, jax.nn)), in_axes=(None, 0, 0)))
+        jw, jx, jo = jjnp.asarray(w_np), jjnp.asarray(x_np), jjnp.asarray(onehot_np)
+        np.testing.assert_allclose(np.asarray(jf(jw, jx, jo)), expected, rtol=1e-4, atol=1e-6)
+        res["jax"] = best(lambda: jf(jw, jx, jo).block_until_ready())
+    report("W5 per-example grads 256->10 b128", res, f"fnx {128 / res['fnx']:.0f} examples/s")
+
+
+def _rnn(lib, lax_lib):
+    def run(h, xs, wh, wx):
+        return lax_lib.scan(lambda h, x: (lib.tanh(h @ wh + x @ wx), None), h, xs)[0]
+    return run
+
+
+def _numpy_rnn(h, xs, wh, wx):
+    for x in xs: h = np.tanh(h @ wh + x @ wx)
+    return h
+
+
+def w8_scan_rnn():
+    steps, batch, hidden, inputs = 1000, 16, 64, 32
+    rng = np.random.default_rng(0)
+    h_np = np.zeros((batch, hidden), np.float32)
+    xs_np = rng.standard_normal((steps, batch, inputs)).astype(np.float32)
+    wh_np = (rng.standard_normal((hidden, hidden)) * 0.1).astype(np.float32)
+    wx_np = (rng.standard_normal((inputs, hidden)) * 0.1).astype(np.float32)
+    args = [jnp.asarray(a) for a in (h_np, xs_np, wh_np, wx_np)]
+    f = fnx.jit(_rnn(jnp, fnx.lax))
+    expected = _numpy_rnn(h_np, xs_np, wh_np, wx_np)
+    np.testing.assert_allclose(np.asarray(f(*args)), expected, rtol=1e-4, atol=1e-5)
+    res = {"fnx": best(lambda: block(f(*args)), repeat=3) / steps,
+           "numpy": best(lambda: _numpy_rnn(h_np, xs_np, wh_np, wx_np), repeat=3) / steps}
+    if jax:
+        jf = jax.jit(_rnn(jjnp, jax.lax))
+        jargs = [jjnp.asarray(a) for a in (h_np, xs_np, wh_np, wx_np)]
+        np.testing.assert_allclose(np.asarray(jf(*jargs)), expected, rtol=1e-4, atol=1e-5)
+        res["jax"] = best(lambda: jf(*jargs).block_until_ready(), repeat=3) / steps
+    report("W8 scan RNN 1000 steps, per step", res, f"fnx {res['fnx'] * 1e6:.1f} us/step")
+    for n in (10, 10_000):  # tracing and compiling must not grow with the length: the body is traced once
+        xs = jnp.asarray(rng.standard_normal((n, batch, inputs)).astype(np.float32))
+        start = time.perf_counter()
+        fnx.jit(_rnn(jnp, fnx.lax)).lower(args[0], xs, args[2], args[3])
+        print(f"{'':34s} fnx first call (trace+compile) of a {n:>6}-step scan: "
+              f"{(time.perf_counter() - start) * 1e3:8.1f} ms")
+
+
 W7_PROGRAM = """
 import time, numpy as np
 start = time.perf_counter()
@@ -187,7 +257,8 @@ def w7_first_call():
     report("W7 first call of the W4 step", res, f"fnx {res['fnx']:.2f} s")
 
 
-WORKLOADS = {"W1": w1_gelu, "W3": w3_softmax, "W4": w4_mlp_step, "W6": w6_dispatch, "W7": w7_first_call}
+WORKLOADS = {"W1": w1_gelu, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads, "W6": w6_dispatch,
+             "W7": w7_first_call, "W8": w8_scan_rnn}
 
 
 def main(argv: list[str]) -> None:

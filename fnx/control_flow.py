@@ -13,34 +13,34 @@ the bodies as compiled functions in a host-side loop: a 10,000-step scan is one 
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable
 
 import numpy as np
 
 from fnx import dtypes, tree_util
 from fnx.errors import at_user_line
-from fnx.trace import Array, _realize_tree, building, state, trace
+from fnx.trace import Array, _realize_tree, building, fresh_tag, state, trace
 from fnx.uop import Ops, UOp
-
-_tags = itertools.count()
-
 
 def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, list[UOp]]:
     """TUPLE(outs) over `params`, with every value the outputs close over (anything built from other PARAMs or
-    BUFFERs) replaced by a fresh PARAM of `tag`; returns the body and those closed-over values, in slot order."""
+    BUFFERs) replaced by a fresh PARAM of `tag`; returns the body and those closed-over values, in slot order.
+    Nested bodies are not entered: a nested control node is closed already, and a call's body only decides
+    whether the call depends on `params`."""
     from fnx.rewrite import substitute
     own = set(params)
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
+    order = body.graph
     depends_own: dict[UOp, bool] = {}
     foreign: dict[UOp, bool] = {}
-    for u in body.toposort:
-        depends_own[u] = u in own or any(depends_own[s] for s in u.src)
-        foreign[u] = (u.op in (Ops.PARAM, Ops.BUFFER) and u not in own) or any(foreign[s] for s in u.src)
     users: dict[UOp, list[UOp]] = {}
-    for u in body.toposort:
-        for src in u.src: users.setdefault(src, []).append(u)
-    hoist = [u for u in body.toposort if u is not body and not depends_own[u] and foreign[u]
+    for u in order:
+        srcs = u.src if u is body else u.operands
+        for s in srcs: users.setdefault(s, []).append(u)
+        inner = u.src[0].toposort if u.op is Ops.CALL else ()
+        depends_own[u] = u in own or any(depends_own[s] for s in srcs) or any(n in own for n in inner)
+        foreign[u] = (u.op in (Ops.PARAM, Ops.BUFFER) and u not in own) or any(foreign[s] for s in srcs)
+    hoist = [u for u in order if u is not body and u.shape is not None and not depends_own[u] and foreign[u]
              and any(depends_own[v] or v is body for v in users.get(u, []))]
     mapping = {h: UOp(Ops.PARAM, h.dtype, (), (len(params) + i, h.shape, h.device) + tag) for i, h in enumerate(hoist)}
     return (substitute(body, mapping) if mapping else body), hoist
@@ -99,7 +99,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     with building():
         p = p if p.uop.dtype.is_bool else Array(p.uop.alu(Ops.CMPNE, 0))
         args, in_tree = _leaf_uops(operands)
-        tag = next(_tags)
+        tag = fresh_tag()
         examples = tree_util.tree_unflatten(in_tree, args)
         t_traced, t_params, t_outs = _trace_body(true_fun, examples, tag)
         f_traced, f_params, f_outs = _trace_body(false_fun, examples, tag)
@@ -118,7 +118,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """Repeat `val = body_fun(val)` while `cond_fun(val)` (jax.lax.while_loop). The carry keeps its type."""
     with building():
         args, in_tree = _leaf_uops(init_val)
-        tag = next(_tags)
+        tag = fresh_tag()
         example = tree_util.tree_unflatten(in_tree, args)
         b_traced, params, b_outs = _trace_body(body_fun, (example,), tag)
         _check_same_types("while_loop", "body_fun output", b_outs, "the carry", [a.uop for a in args],
@@ -156,7 +156,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
             raise ValueError(at_user_line(f"scan: xs leading axes and length disagree: {sorted(lengths)}"
                                           if lengths else "scan: no xs given, so pass length"))
         n = lengths.pop()
-        tag = next(_tags)
+        tag = fresh_tag()
         x_examples = [Array(UOp.const(a.uop.dtype, 0, a.shape[1:]), a.weak_type) for a in x_arrays]
         example = (tree_util.tree_unflatten(c_tree, carry), tree_util.tree_unflatten(x_tree, x_examples))
         traced, params, outs = _trace_body(lambda c, x: f(c, x), example, tag)

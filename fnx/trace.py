@@ -249,6 +249,11 @@ def abstract_leaf(x: Any) -> tuple[tuple[int, ...], DType, bool]:
 _tags = itertools.count()
 
 
+def fresh_tag() -> int:
+    """A tag no other traced body has: transform traces, control-flow bodies and rebuilt bodies share it."""
+    return next(_tags)
+
+
 def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None,
           transform: bool = False, tag: tuple | None = None, abstract: bool = False) -> Traced:
     """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`.
@@ -261,7 +266,7 @@ def trace(f: Callable, args: tuple, device: str | None = None, avals: list | Non
     leaves, in_tree = tree_util.tree_flatten(args)
     avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
     device = device or state.default_device
-    tag = (tag if tag is not None else (next(_tags),)) if transform else ()
+    tag = (tag if tag is not None else (fresh_tag(),)) if transform else ()
     params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device) + tag), weak)
               for i, (shape, dtype, weak) in enumerate(avals)]
     concrete = transform and not abstract and not state.tracing  # vmap's values are batches: abstract

@@ -1,7 +1,7 @@
 """Host-side execution of structured control flow (COND, WHILE, SCAN), shared by every backend.
 
-A backend hands in `run_body(fn, values)`, which runs one body (a FUNCTION over the node's operands) on host
-arrays; the loops here call it once per branch or step. Bodies compile once; a step costs one call.
+A backend hands in `prepare(fn)`, which compiles one body (a FUNCTION over the node's operands) and returns a
+function from host arrays to host arrays; the loops here prepare each body once and call it per step.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from fnx import dtypes
 from fnx.uop import Ops, UOp
 
-RunBody = Callable[[UOp, list[np.ndarray]], list[np.ndarray]]
+Prepare = Callable[[UOp], Callable[[list[np.ndarray]], list[np.ndarray]]]
 
 
 def operands(node: UOp) -> list[UOp]:
@@ -29,37 +29,37 @@ def body_function(node: UOp, body: UOp, avals: list[tuple[tuple[int, ...], dtype
     return UOp(Ops.FUNCTION, dtypes.bool_, (body, *[used.get(i, p) for i, p in enumerate(params)]))
 
 
-def run_control(node: UOp, inputs: list[np.ndarray], run_body: RunBody) -> list[np.ndarray]:
+def run_control(node: UOp, inputs: list[np.ndarray], prepare: Prepare) -> list[np.ndarray]:
     """The outputs of a control node given its inputs (COND: the predicate first, then the operands)."""
     if node.op is Ops.COND:
         pred, values = bool(np.asarray(inputs[0]).reshape(())), inputs[1:]
         body = node.src[0] if pred else node.src[1]
-        return run_body(body_function(node, body, _avals(node, values)), values)
+        return prepare(body_function(node, body, _avals(node, values)))(values)
     if node.op is Ops.WHILE:
         carry = list(inputs)
-        body_fn = body_function(node, node.src[0], _avals(node, carry))
-        cond_fn = body_function(node, node.src[1], _avals(node, carry))
-        while bool(np.asarray(run_body(cond_fn, carry)[0]).reshape(())):
-            carry = run_body(body_fn, carry)
+        body_fn = prepare(body_function(node, node.src[0], _avals(node, carry)))
+        cond_fn = prepare(body_function(node, node.src[1], _avals(node, carry)))
+        while bool(np.asarray(cond_fn(carry)[0]).reshape(())):
+            carry = body_fn(carry)
         return carry
-    return _scan(node, inputs, run_body)
+    return _scan(node, inputs, prepare)
 
 
 def _avals(node: UOp, values: list[np.ndarray]) -> list:
     return [(u.shape, u.dtype) for u in operands(node)]
 
 
-def _scan(node: UOp, inputs: list[np.ndarray], run_body: RunBody) -> list[np.ndarray]:
+def _scan(node: UOp, inputs: list[np.ndarray], prepare: Prepare) -> list[np.ndarray]:
     _, ncarry, length, reverse, nxs = node.arg
     carry, xs, free = inputs[:ncarry], inputs[ncarry:ncarry + nxs], inputs[ncarry + nxs:]
     body = node.src[0]
     step_avals = [(u.shape, u.dtype) for u in operands(node)]
     step_avals = step_avals[:ncarry] + [(shape[1:], dt) for shape, dt in step_avals[ncarry:ncarry + nxs]] + \
         step_avals[ncarry + nxs:]
-    fn = body_function(node, body, step_avals)
+    step = prepare(body_function(node, body, step_avals))
     ys = [np.empty((length,) + o.shape, o.dtype.np) for o in body.src[ncarry:]]
     for t in (range(length - 1, -1, -1) if reverse else range(length)):
-        out = run_body(fn, carry + [x[t] for x in xs] + free)
+        out = step(carry + [x[t] for x in xs] + free)
         carry = out[:ncarry]
         for y, value in zip(ys, out[ncarry:]): y[t] = value
     return carry + ys

@@ -90,12 +90,13 @@ class CPUExecutable(Executable):
         from fnx.backends.control import run_control
         from fnx.trace import compile_function
 
-        def run_body(fn: UOp, values: list) -> list:
-            outs = compile_function(fn, self.device)([Buffer.from_numpy(self.device, v) for v in values])
-            return [b.numpy(o.shape) for b, o in zip(outs, fn.src[0].src)]
+        def prepare(fn: UOp):
+            exe, shapes, device = compile_function(fn, self.device), [o.shape for o in fn.src[0].src], self.device
+            return lambda values: [b.numpy(s) for b, s in zip(exe([Buffer.from_numpy(device, v) for v in values]),
+                                                               shapes)]
         spec = self.lowering.schedule.buffers
         inputs = [buffers[i].numpy(_shape(step.node, j, spec[i].size)) for j, i in enumerate(step.inputs)]
-        for out_id, value in zip(step.outputs, run_control(step.node, inputs, run_body)):
+        for out_id, value in zip(step.outputs, run_control(step.node, inputs, prepare)):
             buffers[out_id] = Buffer.from_numpy(self.device, value)
 
     def as_text(self, stage: str | None = None) -> str:

@@ -137,7 +137,7 @@ def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
     if u.op in GroupOp.Control:
         from fnx.backends.control import run_control
         inputs = [values[s] for s in u.operands]  # COND: the predicate, then the operands
-        return tuple(run_control(u, inputs, lambda fn, vals: list(run(fn, vals))))
+        return tuple(run_control(u, inputs, lambda fn: lambda vals: list(run(fn, vals))))
     raise UnsupportedError(f"interp: no rule for {u.op}")
 
 

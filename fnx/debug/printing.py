@@ -33,7 +33,7 @@ def _walk(root: UOp) -> list[UOp]:
         elif u not in seen:
             seen.add(u)
             stack.append((u, True))
-            srcs = u.src[1:] if u.op in (Ops.CALL, Ops.FUNCTION) and u is not root else u.src
+            srcs = u.operands if u is not root else u.src
             stack.extend((s, False) for s in reversed(srcs))
     return order
 
@@ -54,9 +54,11 @@ def format_function(fn: UOp, name: str = "function") -> str:
     lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
     for u in _walk(body):
         if u in names or u is body: continue
-        if u.op in (Ops.CALL, Ops.FUNCTION):
+        if u.op in (Ops.CALL, Ops.FUNCTION) or u.op in GroupOp.Control:
             names[u] = f"c{len(names)}"
-            lines.append(f"  {names[u]} = {_call_name(u)} {' '.join(names[s] for s in u.src[1:])}")
+            kind = _call_name(u) if u.op is not Ops.COND and u.op not in GroupOp.Control else u.op.name.lower()
+            body_sizes = "/".join(str(len(b.toposort)) for b in u.src[:len(u.src) - len(u.operands)])
+            lines.append(f"  {names[u]} = {kind} {' '.join(names[s] for s in u.operands)}  # body nodes: {body_sizes}")
             continue
         if u.op is Ops.GETTUPLE:
             names[u] = f"v{len(names) - len(params)}"

@@ -10,20 +10,16 @@ Each rule builds new bodies from the old ones and wraps them in a new node of th
 """
 from __future__ import annotations
 
-import itertools
 from typing import Callable
 
 from fnx import dtypes
 from fnx.errors import at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array
+from fnx.trace import Array, fresh_tag
 from fnx.uop import Ops, UOp
 
-_tags = itertools.count(10**9)  # tags of rebuilt bodies never meet those of traced ones
-
-
 def next_tag() -> int:
-    return next(_tags)
+    return fresh_tag()
 
 
 def _params(node: UOp, body: UOp) -> dict[int, UOp]:
@@ -63,7 +59,7 @@ def control_jvp(node: UOp, tangents: list[Array | None]) -> list[tuple[UOp, UOp 
     """(primal, tangent) per output of a control node, given tangents of its operands (node.operands order)."""
     from fnx.transforms.jvp import forward
     ops = list(node.operands)
-    tag = next(_tags)
+    tag = fresh_tag()
     if node.op is Ops.COND:
         pred, values, tans = ops[0], ops[1:], tangents[1:]
         n, k = len(values), len(node.src[0].src)
@@ -144,7 +140,7 @@ def control_vjp(node: UOp, cts: list[Array | None]) -> list[Array | None]:
     """Cotangents of a control node's operands (node.operands order) given its outputs' cotangents."""
     from fnx.transforms.grad import backward
     ops = list(node.operands)
-    tag = next(_tags)
+    tag = fresh_tag()
     if node.op is Ops.WHILE:
         raise TypeError(at_user_line("reverse-mode differentiation does not work for lax.while_loop (its trip count "
                                      "is not known in advance); use lax.scan or fori_loop with static bounds"))
@@ -173,7 +169,7 @@ def _scan_vjp(node: UOp, cts: list, tag: int, backward: Callable) -> list:
     body = node.src[0]
     ny = len(body.src) - nc
     # 1. a forward scan that also outputs each step's incoming carry (the residuals)
-    ftag = next(_tags)
+    ftag = fresh_tag()
     step_ops = carry + [_slice_aval(x) for x in xs] + free
     outs, params = _rebind(node, body, step_ops, list(range(len(step_ops))), ftag)
     saving = UOp(Ops.SCAN, dtypes.bool_, (_tuple(outs + params[:nc]), *ops), (ftag, nc, length, reverse, nx))
