@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from fnx.dtypes import DType
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops, UOp, postorder
 
 
 class UPat:
@@ -105,18 +105,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp
 
 def _toposort_new(root: UOp, memo: dict[UOp, UOp]) -> list[UOp]:
     """The nodes under `root` not yet in `memo`, sources first; does not descend below memoized nodes."""
-    order: list[UOp] = []
-    seen: set[UOp] = set(memo)
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        u, expanded = stack.pop()
-        if expanded:
-            order.append(u)
-        elif u not in seen:
-            seen.add(u)
-            stack.append((u, True))
-            stack.extend((s, False) for s in reversed(u.src) if s not in seen)
-    return order
+    return postorder(root, lambda u: u.src, memo)
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

@@ -133,19 +133,7 @@ class UOp:
     @cached_property
     def toposort(self) -> list[UOp]:
         """Every node reachable from this one, sources before users (iterative: graphs can be deep)."""
-        order: list[UOp] = []
-        seen: set[int] = set()
-        stack: list[tuple[UOp, bool]] = [(self, False)]
-        while stack:
-            u, expanded = stack.pop()
-            if expanded:
-                order.append(u)
-                continue
-            if id(u) in seen: continue
-            seen.add(id(u))
-            stack.append((u, True))
-            stack.extend((s, False) for s in reversed(u.src) if id(s) not in seen)
-        return order
+        return postorder(self, lambda u: u.src)
 
     @property
     def operands(self) -> tuple[UOp, ...]:
@@ -157,20 +145,7 @@ class UOp:
     @cached_property
     def graph(self) -> list[UOp]:
         """Like toposort, but without entering the bodies of calls and control nodes."""
-        order: list[UOp] = []
-        seen: set[int] = set()
-        stack: list[tuple[UOp, bool]] = [(self, False)]
-        while stack:
-            u, expanded = stack.pop()
-            if expanded:
-                order.append(u)
-                continue
-            if id(u) in seen: continue
-            seen.add(id(u))
-            stack.append((u, True))
-            srcs = u.src if u is self and u.op is Ops.TUPLE else u.operands
-            stack.extend((s, False) for s in reversed(srcs) if id(s) not in seen)
-        return order
+        return postorder(self, lambda u: u.src if u is self and u.op is Ops.TUPLE else u.operands)
 
     @cached_property
     def bounds(self) -> tuple[int | float, int | float]:
@@ -207,6 +182,23 @@ class UOp:
     @property
     def const_value(self) -> Any:
         return self.arg[0] if self.op is Ops.CONST else None
+
+
+def postorder(root: UOp, children, stop: set | dict = frozenset()) -> list[UOp]:
+    """The nodes under `root` (not below those in `stop`), each after its `children(node)`; iterative."""
+    order: list[UOp] = []
+    seen: set[int] = {id(u) for u in stop}
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        u, expanded = stack.pop()
+        if expanded:
+            order.append(u)
+            continue
+        if id(u) in seen: continue
+        seen.add(id(u))
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(children(u)) if id(s) not in seen)
+    return order
 
 
 def scalar_of(value: Any, dtype: DType) -> bool | int | float:

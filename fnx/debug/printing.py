@@ -23,21 +23,6 @@ def _arg_str(u: UOp) -> str:
     return ""
 
 
-def _walk(root: UOp) -> list[UOp]:
-    """Nodes under root, sources first, without entering call bodies (a call prints as one line)."""
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        u, done = stack.pop()
-        if done:
-            order.append(u)
-        elif u not in seen:
-            seen.add(u)
-            stack.append((u, True))
-            srcs = u.operands if u is not root else u.src
-            stack.extend((s, False) for s in reversed(srcs))
-    return order
-
-
 def _call_name(u: UOp) -> str:
     """'call custom_jvp(tanh)', 'call checkpoint(f)', ...: what kind of call and of which function."""
     kind = getattr(u.arg, "kind", "function")
@@ -52,7 +37,7 @@ def format_function(fn: UOp, name: str = "function") -> str:
         sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
     names: dict[UOp, str] = {p: f"p{p.arg[0]}" for p in params}
     lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
-    for u in _walk(body):
+    for u in body.graph:
         if u in names or u is body: continue
         if u.op in (Ops.CALL, Ops.FUNCTION) or u.op in GroupOp.Control:
             names[u] = f"c{len(names)}"

@@ -114,6 +114,15 @@ def _argnums_tuple(argnums: int | Sequence[int], nargs: int, name: str) -> tuple
     return tuple(n % nargs for n in nums)
 
 
+def partial(fun: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...]) -> Callable:
+    """`fun` as a function of the arguments at positions `nums` only (the others fixed to `args`)."""
+    def partial_fun(*diff_args):
+        full = list(args)
+        for n, a in zip(nums, diff_args): full[n] = a
+        return fun(*full, **kwargs)
+    return partial_fun
+
+
 def _zeros_like(leaf: Any) -> Array:
     shape, dtype = np.shape(leaf), dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.float32
     return lax.full(shape, 0, dtype)
@@ -200,11 +209,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                     raise TypeError(at_user_line(f"grad requires real-valued (float) inputs, but argument {n} has "
                                                  f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
 
-        def partial_fun(*diff_args):
-            full = list(args)
-            for n, a in zip(nums, diff_args): full[n] = a
-            return fun(*full, **kwargs)
-        result = vjp(partial_fun, *[args[n] for n in nums], has_aux=has_aux)
+        result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
         value = out
         leaves = tree_util.tree_leaves(value)
@@ -242,11 +247,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     def wrapped(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacrev")
 
-        def partial_fun(*diff_args):
-            full = list(args)
-            for n, a in zip(nums, diff_args): full[n] = a
-            return fun(*full, **kwargs)
-        result = vjp(partial_fun, *[args[n] for n in nums], has_aux=has_aux)
+        result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
         out_leaves, out_tree = tree_util.tree_flatten(out)
         in_leaves, in_tree = tree_util.tree_flatten(tuple(args[n] for n in nums))

@@ -15,7 +15,7 @@ import numpy as np
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, building, inline, trace
-from fnx.transforms.grad import _argnums_tuple, _finish, _graph, _product_of_others, jacrev
+from fnx.transforms.grad import _argnums_tuple, _finish, _graph, _product_of_others, jacrev, partial
 from fnx.uop import GroupOp, Ops, UOp
 
 
@@ -118,10 +118,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         nums = _argnums_tuple(argnums, len(args), "jacfwd")
         diff = [args[n] for n in nums]
 
-        def partial_fun(*d):
-            full = list(args)
-            for n, a in zip(nums, d): full[n] = a
-            return fun(*full, **kwargs)
+        partial_fun = partial(fun, args, kwargs, nums)
         in_leaves, in_tree = tree_util.tree_flatten(tuple(diff))
         columns: list[list[Array]] = []  # per input leaf: the tangent outputs for each basis vector
         aux = None
