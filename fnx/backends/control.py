@@ -34,18 +34,18 @@ def run_control(node: UOp, inputs: list[np.ndarray], prepare: Prepare) -> list[n
     if node.op is Ops.COND:
         pred, values = bool(np.asarray(inputs[0]).reshape(())), inputs[1:]
         body = node.src[0] if pred else node.src[1]
-        return prepare(body_function(node, body, _avals(node, values)))(values)
+        return prepare(body_function(node, body, _avals(node)))(values)
     if node.op is Ops.WHILE:
         carry = list(inputs)
-        body_fn = prepare(body_function(node, node.src[0], _avals(node, carry)))
-        cond_fn = prepare(body_function(node, node.src[1], _avals(node, carry)))
+        body_fn = prepare(body_function(node, node.src[0], _avals(node)))
+        cond_fn = prepare(body_function(node, node.src[1], _avals(node)))
         while bool(np.asarray(cond_fn(carry)[0]).reshape(())):
             carry = body_fn(carry)
         return carry
     return _scan(node, inputs, prepare)
 
 
-def _avals(node: UOp, values: list[np.ndarray]) -> list:
+def _avals(node: UOp) -> list:
     return [(u.shape, u.dtype) for u in operands(node)]
 
 

@@ -94,8 +94,7 @@ class CPUExecutable(Executable):
             exe, shapes, device = compile_function(fn, self.device), [o.shape for o in fn.src[0].src], self.device
             return lambda values: [b.numpy(s) for b, s in zip(exe([Buffer.from_numpy(device, v) for v in values]),
                                                                shapes)]
-        spec = self.lowering.schedule.buffers
-        inputs = [buffers[i].numpy(_shape(step.node, j, spec[i].size)) for j, i in enumerate(step.inputs)]
+        inputs = [buffers[i].numpy(step.node.operands[j].shape) for j, i in enumerate(step.inputs)]
         for out_id, value in zip(step.outputs, run_control(step.node, inputs, prepare)):
             buffers[out_id] = Buffer.from_numpy(self.device, value)
 
@@ -108,11 +107,6 @@ class CPUExecutable(Executable):
 
     def compiler_asm(self) -> str:
         return _compiler().machine.emit_assembly(self.module) if self.module is not None else ""
-
-
-def _shape(node: UOp, j: int, size: int) -> tuple[int, ...]:
-    """The shape of a control node's j-th input (COND's predicate first)."""
-    return node.operands[j].shape
 
 
 _state: dict = {}

@@ -299,13 +299,13 @@ def _other_collective(b: Batcher, u: UOp) -> UOp:
                                                                   else axis))
 
 
-def _iota_like(b: Batcher, u: UOp) -> UOp:
-    raise AssertionError("sources are never batched")
+def _source(b: Batcher, u: UOp) -> UOp:
+    raise AssertionError(f"{u.op.name} has no sources, so it is never batched")
 
 
 # ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
 batch_rules: dict[Ops, Callable[[Batcher, UOp], UOp]] = {}
-for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): batch_rules[_op] = _iota_like
+for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): batch_rules[_op] = _source
 for _op in GroupOp.Movement: batch_rules[_op] = _movement
 batch_rules[Ops.INDEX] = _index
 batch_rules[Ops.REDUCE] = _reduce
