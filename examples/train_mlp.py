@@ -76,7 +76,7 @@ def main() -> None:
         perm = rng.permutation(len(x_train))
         losses = []
         bar = tqdm(range(steps_per_epoch), desc=f"epoch {epoch + 1:2d}/{args.epochs}", leave=False, ncols=80,
-                   mininterval=0.5)
+                   mininterval=0.5, disable=None)  # disable=None: a bar on terminals, plain lines in logs
         for i in bar:
             idx = perm[i * args.batch:(i + 1) * args.batch]
             t0 = time.perf_counter()
@@ -86,7 +86,7 @@ def main() -> None:
             bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
         if epoch % 5 == 4 or epoch == 0 or epoch == args.epochs - 1:
             test_acc = float(accuracy(params, jnp.asarray(x_test), jnp.asarray(y_test)))
-            print(f"epoch {epoch + 1:2d}: mean loss {np.mean(losses):.4f}  test accuracy {test_acc:.3f}")
+            tqdm.write(f"epoch {epoch + 1:2d}: mean loss {np.mean(losses):.4f}  test accuracy {test_acc:.3f}")
     elapsed = time.perf_counter() - start
     test_acc = float(accuracy(params, jnp.asarray(x_test), jnp.asarray(y_test)))
     total_steps = args.epochs * steps_per_epoch
