@@ -4,6 +4,9 @@ the GIL while native code runs)."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,28 +17,83 @@ from fnx.lower.pipeline import STAGES, Lowering, lower
 from fnx.uop import UOp
 
 
+PIPELINE = "O3 loop-vectorize slp-vectorize"  # part of every cache key: change it when the pass pipeline changes
+
+
+class ObjectCache:
+    """Compiled machine code on disk, content-addressed by the LLVM IR, the target and the LLVM version.
+
+    A file is `MAGIC + sha256(object) + object`, written to a temporary name and renamed (atomic), and checked
+    against its digest when read: a damaged file is ignored and recompiled. Nothing is ever unpickled.
+    """
+    MAGIC = b"fnx-object-1\n"
+
+    def __init__(self, directory: str | None, target_id: str):
+        self.directory, self.target_id = directory, target_id
+        self.hits = self.misses = 0
+
+    def key(self, source: str) -> str:
+        return hashlib.sha256(f"{self.target_id}\n{source}".encode()).hexdigest()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.directory, key[:2], key + ".o")
+
+    def load(self, key: str) -> bytes | None:
+        if self.directory is None: return None
+        try:
+            with open(self.path(key), "rb") as f: data = f.read()
+        except OSError:
+            return None
+        n = len(self.MAGIC)
+        head, digest, obj = data[:n], data[n:n + 32], data[n + 32:]
+        return obj if head == self.MAGIC and hashlib.sha256(obj).digest() == digest else None
+
+    def store(self, key: str, obj: bytes) -> None:
+        if self.directory is None: return
+        path = self.path(key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f: f.write(self.MAGIC + hashlib.sha256(obj).digest() + obj)
+            os.replace(tmp, path)
+        except OSError:  # a read-only or full disk only costs the cache
+            pass
+
+
 class LLVMCompiler:
-    """llvmlite: parse, optimize at O3 with the loop and SLP vectorizers, and JIT for the host CPU."""
+    """llvmlite: parse, optimize at O3 with the loop and SLP vectorizers, and JIT for the host CPU; machine code
+    is kept in the on-disk ObjectCache (FNX_CACHE_DIR), so a warm process skips LLVM's optimizer and code
+    generator."""
 
     def __init__(self):
+        import llvmlite
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
-        self.machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                                    features=llvm.get_host_cpu_features().flatten(), opt=3)
-        self.engines = []
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        self.machine = target.create_target_machine(cpu=cpu, features=features, opt=3)
+        self.cache = ObjectCache(config.cache_dir, f"{llvm.get_default_triple()} {cpu} {features} llvmlite "
+                                                   f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
 
     def compile(self, source: str):
         llvm = self.llvm
         module = llvm.parse_assembly(source)
         module.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = tuning.slp_vectorization = True
-        builder = llvm.create_pass_builder(self.machine, tuning)
-        builder.getModulePassManager().run(module, builder)
+        key = self.cache.key(source)
+        cached = self.cache.load(key)
+        if cached is None:
+            self.cache.misses += 1
+            tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+            tuning.loop_vectorization = tuning.slp_vectorization = True
+            builder = llvm.create_pass_builder(self.machine, tuning)
+            builder.getModulePassManager().run(module, builder)
+        else:
+            self.cache.hits += 1
         engine = llvm.create_mcjit_compiler(module, self.machine)
+        engine.set_object_cache(notify_func=lambda _, obj: self.cache.store(key, obj) if cached is None else None,
+                                getbuffer_func=lambda _: cached)
         engine.finalize_object()
         return engine, module
 

@@ -1,0 +1,56 @@
+"""The on-disk compile cache (FNX_CACHE_DIR): a warm process loads machine code instead of running LLVM, a
+damaged file is detected and recompiled, and an empty FNX_CACHE_DIR turns the cache off."""
+import json
+import os
+import subprocess
+import sys
+
+PROGRAM = """
+import json
+import numpy as np, fnx, fnx.numpy as jnp
+from fnx.backends import cpu_llvm
+f = fnx.jit(lambda x: jnp.tanh(x @ x.T).sum(-1))
+x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+print(json.dumps(np.asarray(f(jnp.asarray(x))).tolist()))
+cache = cpu_llvm._compiler().cache
+print(cache.hits, cache.misses)
+"""
+
+
+def run(cache_dir: str) -> tuple[list, int, int]:
+    env = dict(os.environ, FNX_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    values, counts = out.stdout.strip().splitlines()[-2:]
+    hits, misses = map(int, counts.split())
+    return json.loads(values), hits, misses
+
+
+def test_warm_process_skips_llvm_and_gets_the_same_result(tmp_path):
+    import numpy as np
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    want = np.tanh(x @ x.T).sum(-1)
+    cold, hits, misses = run(str(tmp_path))
+    assert hits == 0 and misses >= 1
+    warm, hits, misses = run(str(tmp_path))
+    assert misses == 0 and hits >= 1
+    np.testing.assert_allclose(cold, want, rtol=1e-5)
+    assert warm == cold
+
+
+def test_damaged_files_are_recompiled(tmp_path):
+    cold, _, _ = run(str(tmp_path))
+    for root, _, files in os.walk(tmp_path):
+        for name in files:
+            path = os.path.join(root, name)
+            data = bytearray(open(path, "rb").read())
+            data[-10] ^= 0xFF  # flip bits in the machine code: the digest no longer matches
+            open(path, "wb").write(bytes(data))
+    again, hits, misses = run(str(tmp_path))
+    assert hits == 0 and misses >= 1 and again == cold
+
+
+def test_empty_cache_dir_disables_the_cache(tmp_path):
+    _, hits, misses = run("")
+    _, hits2, misses2 = run("")
+    assert hits == hits2 == 0 and misses2 == misses >= 1
