@@ -291,12 +291,6 @@ def _compare_with_jax(jax, dtype):
 
 # ---- initializers ----
 
-def _random_or_skip():
-    try:
-        import fnx.random as random
-    except ImportError:
-        pytest.skip("fnx.random is not available yet")
-    return random
 
 
 def test_fans_and_errors():
@@ -330,7 +324,7 @@ STATS = {
 
 @pytest.mark.parametrize("name", sorted(STATS))
 def test_variance_scaling_statistics(name):
-    random = _random_or_skip()
+    from fnx import random
     variance, distribution = STATS[name]
     w = np.asarray(getattr(nn.initializers, name)()(random.PRNGKey(0), SHAPE)).astype(F64)
     assert w.shape == SHAPE
@@ -342,7 +336,7 @@ def test_variance_scaling_statistics(name):
 
 
 def test_normal_uniform_truncated_statistics():
-    random = _random_or_skip()
+    from fnx import random
     key = random.PRNGKey(1)
     w = np.asarray(nn.initializers.normal(0.5)(key, (200, 500))).astype(F64)
     assert abs(w.mean()) < 0.005 and abs(w.std() - 0.5) < 0.005
@@ -357,19 +351,16 @@ def test_normal_uniform_truncated_statistics():
                                        ("uniform", (2.0,)), ("truncated_normal", (0.7,)),
                                        ("variance_scaling", (0.5, "fan_out", "normal"))])
 def test_initializers_match_jax(name, args):
-    random = _random_or_skip()
+    from fnx import random
     jax = pytest.importorskip("jax")
     shape = (3, 16, 24)
     got = np.asarray(getattr(nn.initializers, name)(*args)(random.PRNGKey(7), shape))
     want = np.asarray(getattr(jax.nn.initializers, name)(*args)(jax.random.PRNGKey(7), shape, jnp.float32))
-    if not np.array_equal(np.asarray(random.uniform(random.PRNGKey(7), (8,), jnp.float32)),
-                          np.asarray(jax.random.uniform(jax.random.PRNGKey(7), (8,), np.float32))):
-        pytest.skip("fnx.random does not give JAX's bits (yet)")
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
 
 
 def test_initializers_under_jit():
-    random = _random_or_skip()
+    from fnx import random
     init = nn.initializers.he_normal()
     eager = np.asarray(init(random.PRNGKey(3), (8, 4)))
     jitted = np.asarray(fnx.jit(lambda k: init(k, (8, 4)))(random.PRNGKey(3)))
