@@ -10,6 +10,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 from fnx.backends.device import Backend, Buffer, Executable
 from fnx.backends.llvm_render import render_module
 from fnx.config import config
@@ -123,8 +125,13 @@ class CPUExecutable(Executable):
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
         schedule = self.lowering.schedule
         buffers: list[Buffer | None] = list(inputs) + [None] * (len(schedule.buffers) - len(inputs))
+        plan = self.lowering.memory
+        slots = [np.empty(n, np.uint8) for n in plan.slot_bytes]  # shared by buffers with disjoint lifetimes
         for i, spec in enumerate(schedule.buffers):
-            if buffers[i] is None: buffers[i] = Buffer(self.device, spec.dtype, spec.size)
+            if buffers[i] is not None: continue
+            slot = plan.slot_of.get(i)
+            host = None if slot is None else slots[slot][:spec.size * spec.dtype.itemsize].view(spec.dtype.np)
+            buffers[i] = Buffer(self.device, spec.dtype, spec.size, host)
         for kernel, func, outer in self.launches:
             if func is None:
                 self._control(kernel, buffers)

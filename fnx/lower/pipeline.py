@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fnx import dtypes
 from fnx.debug.printing import format_function
 from fnx.lower.linearize import Linear, format_linear, linearize
+from fnx.lower.memory import MemoryPlan, plan_memory
 from fnx.lower.optimize import optimize
 from fnx.lower.rangeify import ControlStep, Kernel, Schedule, rangeify
 from fnx.lower.symbolic import simplify_graph
@@ -19,7 +20,7 @@ from fnx.lower.transcendental import transcendental
 from fnx.rewrite import graph_rewrite, substitute
 from fnx.uop import Ops, UOp
 
-STAGES = ("callify", "rangeify", "optimize", "linearize")
+STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
 
 
@@ -61,9 +62,14 @@ class Lowering:
     fn: UOp
     schedule: Schedule
     kernels: list[tuple[Kernel, Linear]]
+    memory: MemoryPlan
 
     def as_text(self, stage: str) -> str:
         if stage == "callify": return format_function(self.fn)
+        if stage == "memory":
+            plan = self.memory
+            return (f"{len(plan.slot_of)} intermediate buffers in {len(plan.slot_bytes)} allocations: "
+                    f"{plan.planned_bytes} bytes instead of {plan.unplanned_bytes}; buffer -> slot {plan.slot_of}")
         parts = []
         for kernel, lines in self.kernels:
             if lines is None:
@@ -89,7 +95,7 @@ def lower(fn: UOp, threads: int) -> Lowering:
             continue
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
         kernels.extend((k, linearize(k)) for k in optimize(kernel, threads))
-    return Lowering(fn, schedule, kernels)
+    return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))
 
 
 __all__ = ["lower", "Lowering", "STAGES", "callify", "dtypes"]
