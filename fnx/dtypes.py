@@ -47,6 +47,9 @@ class DType:
     itemsize: int
     kind: str
 
+    def __hash__(self) -> int:  # names are unique; hashing one string keeps dict lookups on hot paths cheap
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return self.name
 

@@ -120,18 +120,18 @@ class CPUExecutable(Executable):
             func = proto(self.engine.get_function_address(kernel.name))
             outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
             self.launches.append((kernel, func, outer))
-        self.optimized_ir = None
+        schedule, plan = self.lowering.schedule, self.lowering.memory
+        # what each call allocates: (buffer id, dtype, size, memory-plan slot or None), worked out once
+        self.allocations = [(i, spec.dtype, spec.size, plan.slot_of.get(i))
+                            for i, spec in enumerate(schedule.buffers) if spec.kind != "input"]
 
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
         schedule = self.lowering.schedule
         buffers: list[Buffer | None] = list(inputs) + [None] * (len(schedule.buffers) - len(inputs))
-        plan = self.lowering.memory
-        slots = [np.empty(n, np.uint8) for n in plan.slot_bytes]  # shared by buffers with disjoint lifetimes
-        for i, spec in enumerate(schedule.buffers):
-            if buffers[i] is not None: continue
-            slot = plan.slot_of.get(i)
-            host = None if slot is None else slots[slot][:spec.size * spec.dtype.itemsize].view(spec.dtype.np)
-            buffers[i] = Buffer(self.device, spec.dtype, spec.size, host)
+        slots = [np.empty(n, np.uint8) for n in self.lowering.memory.slot_bytes]  # shared by disjoint lifetimes
+        for i, dtype, size, slot in self.allocations:
+            host = None if slot is None else slots[slot][:size * dtype.itemsize].view(dtype.np)
+            buffers[i] = Buffer(self.device, dtype, size, host)
         for kernel, func, outer in self.launches:
             if func is None:
                 self._control(kernel, buffers)
