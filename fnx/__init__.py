@@ -1,6 +1,7 @@
 """fnx: composable function transformations (jit, grad, vmap) with its own kernel compiler."""
 from fnx import dtypes, errors, lax, tree_util
 from fnx import tree_util as tree
+from fnx.checkpoint_io import load, save
 from fnx.devices import default_device, device_count, device_put, devices, local_devices
 from fnx.trace import Array
 from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
@@ -14,8 +15,8 @@ from fnx import nn, optim, random  # noqa: E402
 
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
            "device_put", "devices", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax",
-           "linearize", "local_devices", "make_graph", "nn", "numpy", "optim", "random", "remat", "tree", "tree_util",
-           "value_and_grad", "vjp", "vmap"]
+           "linearize", "load", "local_devices", "make_graph", "nn", "numpy", "optim", "random", "remat", "save",
+           "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):
