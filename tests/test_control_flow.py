@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import fnx
+from assertions import assert_tree_close
 import fnx.numpy as jnp
 from fnx import lax, tree_util
 
@@ -21,18 +22,6 @@ MODES = {"eager": lambda f: f, "jit": fnx.jit}
 def mode(request):
     """Run the function as it is, or under fnx.jit."""
     return MODES[request.param]
-
-
-def assert_tree_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Same structure and shapes; floats close, everything else equal."""
-    assert tree_util.tree_structure(actual) == tree_util.tree_structure(expected)
-    for a, e in zip(tree_util.tree_leaves(actual), tree_util.tree_leaves(expected)):
-        a, e = np.asarray(a), np.asarray(e)
-        assert a.shape == e.shape, (a.shape, e.shape)
-        if np.issubdtype(e.dtype, np.inexact):
-            np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(a, e)
 
 
 def floats(shape, seed: int = 0, dtype=np.float32) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+import assertions
 import fnx
 import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
@@ -30,15 +31,7 @@ def stack_examples(fn, args, in_axes, size: int, out_axes=0):
 
 def assert_tree_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Same structure, shapes and dtypes; values exactly equal for integers and bools, close for floats."""
-    assert tree_util.tree_structure(actual) == tree_util.tree_structure(expected)
-    for a, e in zip(tree_util.tree_leaves(actual), tree_util.tree_leaves(expected)):
-        a, e = np.asarray(a), np.asarray(e)
-        assert a.shape == e.shape, (a.shape, e.shape)
-        if np.issubdtype(e.dtype, np.inexact):
-            np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
-        else:
-            assert a.dtype == e.dtype, (a.dtype, e.dtype)
-            np.testing.assert_array_equal(a, e)
+    assertions.assert_tree_close(actual, expected, rtol, atol, exact_dtypes=True)
 
 
 def check_vmap(fn, args, in_axes, out_axes=0, reference=None, rtol: float = 1e-5, atol: float = 1e-6):
