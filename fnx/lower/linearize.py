@@ -1,8 +1,12 @@
 """linearize: order a kernel's scalar graph into a flat program with explicit loop nesting.
 
-Each node is placed in the innermost loop among the ranges it depends on (so loop-invariant work sits outside
-inner loops by construction). A REDUCE's accumulator is set up before its loops open, updated in the innermost
-one, and read after they close.
+The kernel's output loops (`kernel.ranges`) nest in order. Every node is placed in the innermost loop among the
+ranges it depends on, so loop-invariant work sits outside inner loops by construction. A REDUCE owns the loop nest
+of its reduce ranges (REDUCE.src[1:]); the nest is emitted at the level of the output loops the REDUCE depends on
+(a row sum consumed by every element of the row is computed once per row, before the element loop opens).
+REDUCEs at the same level over the same ranges share one loop nest (register blocking: several accumulators
+updated in one loop). An accumulator is set up before its loops open, updated in the innermost one, and read
+after they close. The vector-lane range (`kernel.lanes`) is not a loop: nodes that depend on it are vectors.
 """
 from __future__ import annotations
 
@@ -13,58 +17,60 @@ from fnx.uop import Ops, UOp
 Linear = list[tuple[str, UOp]]
 
 
+def range_deps(sink: UOp) -> dict[UOp, frozenset]:
+    """The RANGEs each node's value depends on (a REDUCE's value does not depend on its own reduce ranges)."""
+    deps: dict[UOp, frozenset] = {}
+    for u in sink.toposort:
+        if u.op is Ops.RANGE: deps[u] = frozenset((u,))
+        elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]] - set(u.src[1:])
+        else: deps[u] = frozenset().union(*(deps[s] for s in u.src))
+    return deps
+
+
 def linearize(kernel: Kernel) -> Linear:
-    nest = kernel.ranges + kernel.reduce_ranges
-    position = {r: i for i, r in enumerate(nest)}
-    level: dict[UOp, int] = {}
-    after_reduce: dict[UOp, bool] = {}
     order = [u for u in kernel.sink.toposort if u.op not in (Ops.SINK, Ops.RANGE)]
-    reduce_set = set(kernel.reduce_ranges)
-    for u in kernel.sink.toposort:
-        if u.op is Ops.RANGE:
-            level[u], after_reduce[u] = position[u], False
-            continue
-        if u.op is Ops.REDUCE:
-            level[u] = max((position[r] for r in _ranges_of(u.src[0], level) if r not in reduce_set), default=-1)
-            after_reduce[u] = True
-            continue
-        level[u] = max((level[s] for s in u.src), default=-1)
-        after_reduce[u] = any(after_reduce[s] for s in u.src)
+    deps = range_deps(kernel.sink)
+    lanes = {kernel.lanes} if kernel.lanes is not None else set()
     lines: Linear = []
     emitted: set[UOp] = set()
 
-    def emit_level(lvl: int, late: bool) -> None:
+    def emit_level(chain: list[UOp]) -> None:
+        """Emit every node whose ranges are all open and include the innermost open one (toposort order)."""
+        open_ranges, inner = set(chain) | lanes, chain[-1] if chain else None
         for u in order:
-            if u not in emitted and level[u] == lvl and after_reduce[u] == late and u.op is not Ops.REDUCE:
-                lines.append(("node", u))
-                emitted.add(u)
+            if u in emitted or not deps[u] <= open_ranges: continue
+            if inner is not None and inner not in deps[u]: continue
+            if u.op is Ops.REDUCE:
+                emit_reduces(u, chain)
+                continue
+            lines.append(("node", u))
+            emitted.add(u)
 
-    emit_level(-1, False)
+    def emit_reduces(first: UOp, chain: list[UOp]) -> None:
+        """`first` and every other ready REDUCE over the same loops (not feeding one another) in one loop nest."""
+        loops = [r for r in first.src[1:] if r not in lanes]
+        group = [first] + [u for u in order if u.op is Ops.REDUCE and u is not first and u not in emitted
+                           and u.src[1:] == first.src[1:] and deps[u] <= set(chain) | lanes
+                           and first not in u.toposort and u not in first.toposort]
+        for red in group: lines.append(("acc_init", red))
+        for i, r in enumerate(loops):
+            lines.append(("open", r))
+            emit_level(chain + loops[:i + 1])
+        for red in group: lines.append(("acc_update", red))
+        for r in reversed(loops): lines.append(("close", r))
+        for red in group:
+            lines.append(("node", red))
+            emitted.add(red)
+
+    emit_level([])
     for i, r in enumerate(kernel.ranges):
         lines.append(("open", r))
-        emit_level(i, False)
-    reduce_node = next((u for u in order if u.op is Ops.REDUCE), None)
-    if reduce_node is not None:
-        lines.append(("acc_init", reduce_node))
-        for i, r in enumerate(kernel.reduce_ranges, start=len(kernel.ranges)):
-            lines.append(("open", r))
-            emit_level(i, False)
-        lines.append(("acc_update", reduce_node))
-        for r in reversed(kernel.reduce_ranges):
-            lines.append(("close", r))
-        lines.append(("node", reduce_node))
-        emitted.add(reduce_node)
-        for lvl in range(-1, len(kernel.ranges)):
-            emit_level(lvl, True)
+        emit_level(kernel.ranges[:i + 1])
     for r in reversed(kernel.ranges):
         lines.append(("close", r))
     missing = [u for u in order if u not in emitted]
     assert not missing, f"linearize: nodes left unplaced: {missing[:3]}"
     return lines
-
-
-def _ranges_of(u: UOp, level: dict) -> set[UOp]:
-    return {n for n in u.toposort if n.op is Ops.RANGE}
 
 
 def format_linear(lines: Linear) -> str:
@@ -84,8 +90,7 @@ def format_linear(lines: Linear) -> str:
             out.append("  " * depth + f"{what} {names[u]} {u.arg[0].name.lower()}" +
                        (f" {names.get(u.src[0], '?')}" if what == "acc_update" else ""))
             continue
-        args = " ".join(names.get(s, "?") for s in u.src)
+        args = " ".join(names.get(s, f"r{s.arg[0]}" if s.op is Ops.RANGE else "?") for s in u.src)
         extra = f" {u.arg[0]!r}" if u.op is Ops.CONST else f" {u.arg[0].name.lower()}" if u.op is Ops.REDUCE else ""
-        label = {"acc_init": "acc_init", "acc_update": "acc_update"}.get(what, u.op.name.lower())
-        out.append("  " * depth + f"{names[u]} = {label} {u.dtype.name} {args}{extra}".rstrip())
+        out.append("  " * depth + f"{names[u]} = {u.op.name.lower()} {u.dtype.name} {args}{extra}".rstrip())
     return "\n".join(out)

@@ -42,6 +42,8 @@ class Kernel:
     parallel: bool = True        # False when iterations must run in order (scatter)
     thread_candidate: int = 0    # index into ranges of a loop whose iterations are independent
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
+    lanes: UOp | None = None     # a RANGE computed as vector lanes, not a loop (set by optimize)
+    opts: tuple = ()             # the optimization actions applied (set by optimize)
 
     @property
     def work(self) -> int:
