@@ -491,7 +491,17 @@ def _exp(x: Array) -> Array:
     n = _floor(xc * _LOG2E + 0.5)
     r = (xc - n * head) - n * tail
     half = lax.trunc(n * 0.5)
-    return lax.exp2(r * _LOG2E) * _pow2(half, dt) * _pow2(n - half, dt)
+    return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half, dt)
+
+
+_EXPM1_F32 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+              5.0000001201e-1)  # Cephes expf: e^r = 1 + r + r^2 P(r) on |r| <= ln(2)/2
+_EXPM1_F64 = tuple(1 / math.factorial(k) for k in range(13, 1, -1))  # Taylor to r^13: below 1e-17 there
+
+
+def _exp_reduced(r: Array) -> Array:
+    """e^r for |r| <= ln(2)/2 as a polynomial (plain multiply-adds: vectorizes, no range reduction of its own)."""
+    return 1 + r + r * r * _horner(r, _EXPM1_F32 if _dt(r) is dtypes.float32 else _EXPM1_F64)
 
 
 def _log(x: Array) -> Array:
@@ -522,10 +532,21 @@ def _cos(x: Array) -> Array:
     return where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s)))
 
 
+_TANH_F32 = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes
+_TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)  # Cephes tanh
+_TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)     # leading 1 omitted
+
+
 def _tanh(x: Array) -> Array:
-    t = _expm1(-2 * _abs(x))  # in (-1, 0]: never overflows
-    r = lax.neg(t) / (t + 2)
-    return where(x < 0, lax.neg(r), r)
+    """tanh: an odd polynomial (float32) or rational (float64) for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1)
+    (exp overflowing to inf gives exactly 1). One exp and one division per element."""
+    a = _abs(x)
+    z = x * x
+    small = x + x * z * (_horner(z, _TANH_F32) if _dt(x) is dtypes.float32
+                         else _horner(z, _TANH_P) / _horner(z, _TANH_Q, leading_one=True))
+    large = 1 - 2 / (_exp(2 * a) + 1)
+    large = where(x < 0, lax.neg(large), large)
+    return where(a < 0.625, small, large)
 
 
 _HYPERBOLIC_CUTOFF = {dtypes.float32: 9.0, dtypes.float64: 19.0}  # above: exp(-|x|) is below half an ulp

@@ -5,6 +5,12 @@ and cast); memory holds bool as i8, float16 as half and bfloat16 as i16. Integer
 out-of-range amounts are defined (x/0 = -1, x%0 = x, oversized shifts give 0 or the sign) so generated code never
 traps or reads poison. A kernel is `void @name(ptr %buf0, ..., i64 %start, i64 %end)`; [start, end) bounds its
 thread-split loop.
+
+Vector lanes: when the optimizer made a range the kernel's `lanes`, every value that depends on it is an LLVM
+vector `<W x T>` (scalars that meet vectors are splatted). A LOAD/STORE whose arg is W reads/writes W consecutive
+elements from its index (one vector instruction); other vector addresses become gathers/scatters; a gate that
+varies across lanes becomes the mask of a masked load/store. A REDUCE over the lane range keeps a vector
+accumulator and finishes with a horizontal reduction.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import numpy as np
 
 from fnx import dtypes
 from fnx.dtypes import DType
-from fnx.lower.linearize import Linear
+from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
 from fnx.uop import Ops, UOp
 
@@ -57,8 +63,14 @@ class Renderer:
         self.declares: set[str] = set()
         self.counter = 0
         self.block = "entry"
-        self.loops: dict[UOp, dict] = {}
+        self.loops: dict[UOp, tuple] = {}
         self.acc: dict[UOp, str] = {}
+        self.lanes = kernel.lanes
+        self.W = kernel.lanes.arg[1] if kernel.lanes is not None else 0
+        deps = range_deps(kernel.sink, kernel.lanes)
+        self.vec = {u: self.lanes is not None and self.lanes in d for u, d in deps.items()}
+        self.w = 0   # the vector width of the node being rendered (0: scalar)
+        self.splats: dict[tuple[str, str], str] = {}
 
     def tmp(self) -> str:
         self.counter += 1
@@ -73,14 +85,45 @@ class Renderer:
         self.body.append(f"{name}:")
         self.block = name
 
-    def intrinsic(self, name: str, ret: str, args: list[str], arg_types: list[str]) -> str:
+    def intrinsic(self, name: str, ret: str, args: list[str], arg_types: list[str], flags: str = "") -> str:
         self.declares.add(f"declare {ret} @{name}({', '.join(arg_types)})")
-        return self.emit(f"call {ret} @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")
+        return self.emit(f"call{flags} {ret} @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")
+
+    # ---- types and constants in the current width ----
+    def vt(self, scalar: str, w: int | None = None) -> str:
+        w = self.w if w is None else w
+        return f"<{w} x {scalar}>" if w else scalar
+
+    def rt(self, d: DType) -> str:
+        return self.vt(reg_type(d))
+
+    def c(self, value, d: DType) -> str:
+        text = const_text(value, d)
+        return f"splat ({reg_type(d)} {text})" if self.w else text
+
+    def sfx(self, scalar: str) -> str:
+        """An intrinsic's type suffix: f32, i64, v16f32, ..."""
+        base = {"float": "f32", "double": "f64", "half": "f16"}.get(scalar, scalar)
+        return f"v{self.w}{base}" if self.w else base
+
+    def splat(self, value: str, scalar: str) -> str:
+        """A scalar register broadcast to a vector of the current width."""
+        if not value.startswith("%"): return f"splat ({scalar} {value})"
+        key = (value, f"{self.w}{scalar}")
+        if key not in self.splats:  # splats are hoisted by LLVM; this only avoids repeating the text
+            one = self.emit(f"insertelement <{self.w} x {scalar}> poison, {scalar} {value}, i64 0")
+            self.splats[key] = self.emit(f"shufflevector <{self.w} x {scalar}> {one}, <{self.w} x {scalar}> poison, "
+                                         f"<{self.w} x i32> zeroinitializer")
+        return self.splats[key]
 
     # ---- values ----
     def value(self, u: UOp) -> str:
-        if u.op is Ops.CONST: return const_text(u.arg[0], u.dtype)
-        return self.names[u]
+        """u's register, as a vector when the node being rendered is one."""
+        if u.op is Ops.CONST: return self.c(u.arg[0], u.dtype)
+        if u.op is Ops.RANGE and u is self.lanes:
+            return "<" + ", ".join(f"i64 {i}" for i in range(self.W)) + ">" if self.w else "0"
+        name = self.names[u]
+        return self.splat(name, reg_type(u.dtype)) if self.w and not self.vec.get(u) else name
 
     def render(self) -> str:
         k = self.kernel
@@ -91,6 +134,7 @@ class Renderer:
         self.body.append(f"define void @{k.name}({sig}, i64 %start, i64 %end) #0 {{")
         self.label("entry")
         for what, u in self.lines:
+            self.w = self.W if self.vec.get(u) else 0
             getattr(self, f"line_{what}")(u)
         self.body.append("  ret void")
         self.body.append("}")
@@ -106,13 +150,14 @@ class Renderer:
         self.body.append(f"  br i1 {guard}, label %L{i}, label %X{i}")
         self.label(f"L{i}")
         self.names[r] = f"%r{i}"
-        phis = [(len(self.body), None, lo)]  # (line to patch, reduce node, value on entry)
+        phis = [(len(self.body), None, lo, None)]  # (line to patch, reduce node, value on entry, phi name)
         self.body.append("")
         for red in self.acc:  # an accumulator is carried around every reduce loop it spans
             if r in red.src[1:]:
-                phis.append((len(self.body), red, self.acc[red]))
+                name = self.tmp()
+                phis.append((len(self.body), red, self.acc[red], name))
                 self.body.append("")
-                self.acc[red] = f"%acc{i}"
+                self.acc[red] = name
         self.loops[r] = (pre, hi, phis)
 
     def line_close(self, r: UOp) -> None:
@@ -122,96 +167,181 @@ class Renderer:
         latch = self.block
         self.body.append(f"  br i1 {cont}, label %L{i}, label %X{i}")
         self.label(f"X{i}")
-        for line, red, entry in phis:
-            if red is None:
-                self.body[line] = f"  %r{i} = phi i64 [{entry}, %{pre}], [%r{i}.next, %{latch}]"
-                continue
-            t = reg_type(red.dtype)
-            self.body[line] = f"  %acc{i} = phi {t} [{entry}, %{pre}], [{self.acc[red]}, %{latch}]"
-            self.body.append(f"  %acc{i}.out = phi {t} [{entry}, %{pre}], [{self.acc[red]}, %{latch}]")
-            self.acc[red] = f"%acc{i}.out"
+        self.body[phis[0][0]] = f"  %r{i} = phi i64 [{phis[0][2]}, %{pre}], [%r{i}.next, %{latch}]"
+        for line, red, entry, name in phis[1:]:
+            t = self.acc_type(red)
+            self.body[line] = f"  {name} = phi {t} [{entry}, %{pre}], [{self.acc[red]}, %{latch}]"
+            self.acc[red] = self.emit(f"phi {t} [{entry}, %{pre}], [{self.acc[red]}, %{latch}]")
+
+    def acc_type(self, red: UOp) -> str:
+        return self.vt(reg_type(red.dtype), self.W if self.vec.get(red.src[0]) else 0)
 
     def line_acc_init(self, red: UOp) -> None:
-        self.acc[red] = const_text(reduce_identity(red.arg[0], red.dtype), red.dtype)
+        self.w = self.W if self.vec.get(red.src[0]) else 0
+        self.acc[red] = self.c(reduce_identity(red.arg[0], red.dtype), red.dtype)
 
     def line_acc_update(self, red: UOp) -> None:
-        # reassociation lets the vectorizer keep one partial sum per lane (like numpy's pairwise sums, the order
-        # of float additions then differs from a strict left-to-right loop)
-        self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(red.src[0])], red.dtype,
+        # reassociation lets LLVM keep partial sums in independent registers (like numpy's pairwise sums, the
+        # order of float additions then differs from a strict left-to-right loop)
+        self.w = self.W if self.vec.get(red.src[0]) else 0
+        x = red.src[0]
+        if red.arg[0] is Ops.ADD and x.op is Ops.MUL and red.dtype.is_float:  # a sum of products: fused multiply-add
+            t = self.rt(red.dtype)
+            self.acc[red] = self.intrinsic(f"llvm.fmuladd.{self.sfx(reg_type(red.dtype))}", t,
+                                           [self.value(x.src[0]), self.value(x.src[1]), self.acc[red]], [t, t, t])
+            return
+        self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(x)], red.dtype,
                                  flags=" reassoc nsz")
+
+    def finish_reduce(self, red: UOp) -> str:
+        """The REDUCE's value: its accumulator, reduced across lanes when the lane range is one of its ranges."""
+        acc = self.acc[red]
+        if not (self.vec.get(red.src[0]) and self.lanes in red.src[1:]): return acc
+        d, op, s = red.dtype, red.arg[0], reg_type(red.dtype)
+        self.w = self.W
+        vt, suffix = self.vt(s), self.sfx(s)
+        if d.is_float and op is Ops.ADD:
+            return self.intrinsic(f"llvm.vector.reduce.fadd.{suffix}", s, [const_text(-0.0, d), acc], [s, vt],
+                                  " reassoc nsz")
+        if d.is_float and op is Ops.MUL:
+            return self.intrinsic(f"llvm.vector.reduce.fmul.{suffix}", s, [const_text(1.0, d), acc], [s, vt],
+                                  " reassoc nsz")
+        if d.is_float: return self.intrinsic(f"llvm.vector.reduce.fmaximum.{suffix}", s, [acc], [vt])
+        name = {Ops.ADD: "or" if d.is_bool else "add", Ops.MUL: "and" if d.is_bool else "mul",
+                Ops.MAX: "or" if d.is_bool else "umax" if d.is_unsigned else "smax"}[op]
+        return self.intrinsic(f"llvm.vector.reduce.{name}.{suffix}", s, [acc], [vt])
 
     # ---- nodes ----
     def line_node(self, u: UOp) -> None:
-        if u.op in (Ops.CONST, Ops.PARAM): return
-        if u.op is Ops.REDUCE: self.names[u] = self.acc[u]
+        if u.op in (Ops.CONST, Ops.PARAM) or u is self.lanes: return
+        if u.op is Ops.REDUCE: self.names[u] = self.finish_reduce(u)
         elif u.op is Ops.LOAD: self.names[u] = self.load(u)
         elif u.op is Ops.STORE: self.store(u)
         else: self.names[u] = self.alu(u.op, u.dtype, [self.value(s) for s in u.src], u.src[0].dtype)
 
-    def address(self, u: UOp) -> tuple[str, str]:
-        buf, index = u.src[0], self.value(u.src[1])
-        if len(u.src) > (3 if u.op is Ops.STORE else 2):
-            index = self.emit(f"select i1 {self.value(u.src[-1])}, i64 {index}, i64 0")
+    def pointer(self, buf: UOp, index: UOp, lanes: bool) -> str:
+        """The address of element `index`, or a vector of addresses (one per lane) for a gather/scatter."""
         ty = mem_type(buf.dtype)
-        return self.emit(f"getelementptr inbounds {ty}, ptr {self.names[buf]}, i64 {index}"), ty
+        if lanes:
+            return self.emit(f"getelementptr inbounds {ty}, ptr {self.names[buf]}, {self.vt('i64')} "
+                             f"{self.value(index)}")
+        saved, self.w = self.w, 0
+        idx = self.value(index)
+        self.w = saved
+        return self.emit(f"getelementptr inbounds {ty}, ptr {self.names[buf]}, i64 {idx}")
+
+    def mask(self, gate: UOp) -> str:
+        return self.value(gate) if self.vec.get(gate) else self.splat(self.scalar(gate), "i1")
+
+    def scalar(self, u: UOp) -> str:
+        saved, self.w = self.w, 0
+        out = self.value(u)
+        self.w = saved
+        return out
 
     def load(self, u: UOp) -> str:
-        ptr, ty = self.address(u)
-        raw = self.emit(f"load {ty}, ptr {ptr}, align {u.dtype.itemsize}")
-        return self.from_memory(raw, u.dtype)
+        buf, index = u.src[0], u.src[1]
+        gate = u.src[2] if len(u.src) > 2 else None
+        d, size = u.dtype, u.dtype.itemsize
+        if not self.w:  # scalar: a false gate reads element 0 (always in bounds) and the caller discards it
+            idx = self.value(index)
+            if gate is not None: idx = self.emit(f"select i1 {self.value(gate)}, i64 {idx}, i64 0")
+            ptr = self.emit(f"getelementptr inbounds {mem_type(buf.dtype)}, ptr {self.names[buf]}, i64 {idx}")
+            return self.from_memory(self.emit(f"load {mem_type(buf.dtype)}, ptr {ptr}, align {size}"), d)
+        mt = self.vt(mem_type(buf.dtype))
+        ptr = self.pointer(buf, index, u.arg is None)
+        if u.arg is None:  # lanes at scattered addresses
+            mask = self.mask(gate) if gate is not None else "splat (i1 true)"
+            raw = self.intrinsic(f"llvm.masked.gather.{self.sfx(mem_type(buf.dtype))}.v{self.w}p0", mt,
+                                 [ptr, str(size), mask, "zeroinitializer"], [self.vt("ptr"), "i32", self.vt("i1"), mt])
+        elif gate is not None:
+            raw = self.intrinsic(f"llvm.masked.load.{self.sfx(mem_type(buf.dtype))}.p0", mt,
+                                 [ptr, str(size), self.mask(gate), "zeroinitializer"],
+                                 ["ptr", "i32", self.vt("i1"), mt])
+        else:
+            raw = self.emit(f"load {mt}, ptr {ptr}, align {size}")
+        return self.from_memory(raw, d)
 
     def store(self, u: UOp) -> None:
-        gated = len(u.src) > 3
-        if gated:
+        buf, index, val = u.src[0], u.src[1], u.src[2]
+        gate = u.src[3] if len(u.src) > 3 else None
+        self.w = self.W if (self.vec.get(index) or self.vec.get(val) or u.arg is not None
+                            or (gate is not None and self.vec.get(gate))) else 0
+        size = val.dtype.itemsize
+        if self.w:
+            mt = self.vt(mem_type(buf.dtype))
+            value, ptr = self.to_memory(self.value(val), val.dtype), self.pointer(buf, index, u.arg is None)
+            mask = self.mask(gate) if gate is not None else "splat (i1 true)"
+            if u.arg is None:
+                self.intrinsic_void(f"llvm.masked.scatter.{self.sfx(mem_type(buf.dtype))}.v{self.w}p0",
+                                    [value, ptr, str(size), mask], [mt, self.vt("ptr"), "i32", self.vt("i1")])
+            elif gate is not None:
+                self.intrinsic_void(f"llvm.masked.store.{self.sfx(mem_type(buf.dtype))}.p0",
+                                    [value, ptr, str(size), mask], [mt, "ptr", "i32", self.vt("i1")])
+            else:
+                self.body.append(f"  store {mt} {value}, ptr {ptr}, align {size}")
+            return
+        if gate is not None:
             n = self.tmp()[2:]
-            self.body.append(f"  br i1 {self.value(u.src[3])}, label %S{n}, label %D{n}")
+            self.body.append(f"  br i1 {self.value(gate)}, label %S{n}, label %D{n}")
             self.label(f"S{n}")
-        ptr, ty = self.address(UOp(Ops.STORE, u.dtype, u.src[:3]))
-        value = self.to_memory(self.value(u.src[2]), u.src[2].dtype)
-        self.body.append(f"  store {ty} {value}, ptr {ptr}, align {u.src[2].dtype.itemsize}")
-        if gated:
+        ptr = self.pointer(buf, index, False)
+        value = self.to_memory(self.value(val), val.dtype)
+        self.body.append(f"  store {mem_type(buf.dtype)} {value}, ptr {ptr}, align {size}")
+        if gate is not None:
             self.body.append(f"  br label %D{n}")
             self.label(f"D{n}")
 
+    def intrinsic_void(self, name: str, args: list[str], arg_types: list[str]) -> None:
+        self.declares.add(f"declare void @{name}({', '.join(arg_types)})")
+        self.body.append(f"  call void @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")
+
     def from_memory(self, raw: str, d: DType) -> str:
-        if d.is_bool: return self.emit(f"icmp ne i8 {raw}, 0")
-        if d == dtypes.float16: return self.emit(f"fpext half {raw} to float")
+        if d.is_bool: return self.emit(f"icmp ne {self.vt('i8')} {raw}, {self.c(0, dtypes.int8)}")
+        if d == dtypes.float16: return self.emit(f"fpext {self.vt('half')} {raw} to {self.vt('float')}")
         if d == dtypes.bfloat16:
-            wide = self.emit(f"zext i16 {raw} to i32")
-            return self.emit(f"bitcast i32 {self.emit(f'shl i32 {wide}, 16')} to float")
+            wide = self.emit(f"zext {self.vt('i16')} {raw} to {self.vt('i32')}")
+            shifted = self.emit(f"shl {self.vt('i32')} {wide}, {self.c(16, dtypes.int32)}")
+            return self.emit(f"bitcast {self.vt('i32')} {shifted} to {self.vt('float')}")
         return raw
 
     def to_memory(self, value: str, d: DType) -> str:
-        if d.is_bool: return self.emit(f"zext i1 {value} to i8")
-        if d == dtypes.float16: return self.emit(f"fptrunc float {value} to half")
-        if d == dtypes.bfloat16: return self.emit(f"trunc i32 {self.bf16_bits(value)} to i16")
+        if d.is_bool: return self.emit(f"zext {self.vt('i1')} {value} to {self.vt('i8')}")
+        if d == dtypes.float16: return self.emit(f"fptrunc {self.vt('float')} {value} to {self.vt('half')}")
+        if d == dtypes.bfloat16: return self.emit(f"trunc {self.vt('i32')} {self.bf16_bits(value)} to {self.vt('i16')}")
         return value
 
     def bf16_bits(self, value: str) -> str:
         """float -> bfloat16 bits in the high half of an i32 shifted down (round to nearest even; NaN stays NaN)."""
-        bits = self.emit(f"bitcast float {value} to i32")
-        lsb = self.emit(f"and i32 {self.emit(f'lshr i32 {bits}, 16')}, 1")
-        rounded = self.emit(f"add i32 {bits}, {self.emit(f'add i32 {lsb}, 32767')}")
-        is_nan = self.emit(f"fcmp uno float {value}, 0.0")
-        return self.emit(f"select i1 {is_nan}, i32 32704, i32 {self.emit(f'lshr i32 {rounded}, 16')}")
+        i32, f32, k = self.vt("i32"), self.vt("float"), lambda v: self.c(v, dtypes.int32)
+        bits = self.emit(f"bitcast {f32} {value} to {i32}")
+        lsb = self.emit(f"and {i32} {self.emit(f'lshr {i32} {bits}, {k(16)}')}, {k(1)}")
+        rounded = self.emit(f"add {i32} {bits}, {self.emit(f'add {i32} {lsb}, {k(32767)}')}")
+        is_nan = self.emit(f"fcmp uno {f32} {value}, {self.c(0.0, dtypes.float32)}")
+        return self.emit(f"select {self.vt('i1')} {is_nan}, {i32} {k(32704)}, {i32} "
+                         f"{self.emit(f'lshr {i32} {rounded}, {k(16)}')}")
 
     def round_to(self, value: str, d: DType) -> str:
         """A float register rounded to a 16-bit float dtype and back (what a store then load would give)."""
-        if d == dtypes.float16: return self.emit(f"fpext half {self.emit(f'fptrunc float {value} to half')} to float")
+        f32 = self.vt("float")
+        if d == dtypes.float16:
+            half = self.vt("half")
+            return self.emit(f"fpext {half} {self.emit(f'fptrunc {f32} {value} to {half}')} to {f32}")
         if d == dtypes.bfloat16:
-            return self.emit(f"bitcast i32 {self.emit(f'shl i32 {self.bf16_bits(value)}, 16')} to float")
+            shifted = self.emit(f"shl {self.vt('i32')} {self.bf16_bits(value)}, {self.c(16, dtypes.int32)}")
+            return self.emit(f"bitcast {self.vt('i32')} {shifted} to {f32}")
         return value
 
     def alu(self, op: Ops, d: DType, args: list[str], src_dtype: DType, flags: str = "") -> str:
-        t, st = reg_type(d), reg_type(src_dtype)
+        t, st = self.rt(d), self.rt(src_dtype)
         f, signed = src_dtype.is_float, not src_dtype.is_unsigned
         a = args[0]
         if op is Ops.CAST: return self.cast(a, src_dtype, d)
         if op is Ops.BITCAST: return self.bitcast(a, src_dtype, d)
-        if op is Ops.RECIP: return self.emit(f"fdiv {t} {const_text(1.0, d)}, {a}")
+        if op is Ops.RECIP: return self.emit(f"fdiv {t} {self.c(1.0, d)}, {a}")
         if op in _FLOAT_INTRINSIC:
-            return self.intrinsic(f"llvm.{_FLOAT_INTRINSIC[op]}.{'f64' if t == 'double' else 'f32'}", t, [a], [t])
-        if op is Ops.WHERE: return self.emit(f"select i1 {a}, {t} {args[1]}, {t} {args[2]}")
+            return self.intrinsic(f"llvm.{_FLOAT_INTRINSIC[op]}.{self.sfx(reg_type(d))}", t, [a], [t])
+        if op is Ops.WHERE: return self.emit(f"select {self.vt('i1')} {a}, {t} {args[1]}, {t} {args[2]}")
         b = args[1]
         if op is Ops.CMPLT:
             cmp = "fcmp olt" if f else f"icmp {'slt' if signed and not src_dtype.is_bool else 'ult'}"
@@ -222,74 +352,77 @@ class Renderer:
         if op is Ops.MUL:
             return self.emit(f"{'fmul' + flags if f else 'and' if d.is_bool else 'mul'} {t} {a}, {b}")
         if op is Ops.MAX:
-            if d.is_bool: return self.emit(f"or i1 {a}, {b}")
+            if d.is_bool: return self.emit(f"or {t} {a}, {b}")
             name = "maximum" if f else "smax" if signed else "umax"
-            return self.intrinsic(f"llvm.{name}.{'f64' if t == 'double' else 'f32' if f else t}", t, [a, b], [t, t])
+            return self.intrinsic(f"llvm.{name}.{self.sfx(reg_type(d))}", t, [a, b], [t, t])
         if op in (Ops.AND, Ops.OR, Ops.XOR): return self.emit(f"{op.name.lower()} {t} {a}, {b}")
         if op in (Ops.DIV, Ops.MOD): return self.divide(op, d, a, b)
         if op in (Ops.SHL, Ops.SHR): return self.shift(op, d, a, b)
         raise NotImplementedError(f"LLVM renderer: no rule for {op}")
 
     def divide(self, op: Ops, d: DType, a: str, b: str) -> str:
-        t = reg_type(d)
+        t, i1 = self.rt(d), self.vt("i1")
         if d.is_float: return self.emit(f"{'fdiv' if op is Ops.DIV else 'frem'} {t} {a}, {b}")
-        if d.is_bool: return a if op is Ops.DIV else "false"
-        zero = self.emit(f"icmp eq {t} {b}, 0")
-        safe = self.emit(f"select i1 {zero}, {t} 1, {t} {b}")
+        if d.is_bool: return a if op is Ops.DIV else self.c(False, d)
+        zero = self.emit(f"icmp eq {t} {b}, {self.c(0, d)}")
+        safe = self.emit(f"select {i1} {zero}, {t} {self.c(1, d)}, {t} {b}")
         if not d.is_unsigned:  # MIN / -1 overflows (and traps on x86): divide by 1 and negate instead
-            minus_one = self.emit(f"icmp eq {t} {safe}, -1")
-            safe = self.emit(f"select i1 {minus_one}, {t} 1, {t} {safe}")
+            minus_one = self.emit(f"icmp eq {t} {safe}, {self.c(-1, d)}")
+            safe = self.emit(f"select {i1} {minus_one}, {t} {self.c(1, d)}, {t} {safe}")
         kind = ("udiv" if d.is_unsigned else "sdiv") if op is Ops.DIV else ("urem" if d.is_unsigned else "srem")
         out = self.emit(f"{kind} {t} {a}, {safe}")
         if not d.is_unsigned:
-            fixed = self.emit(f"sub {t} 0, {out}") if op is Ops.DIV else "0"
-            out = self.emit(f"select i1 {minus_one}, {t} {fixed}, {t} {out}")
-        return self.emit(f"select i1 {zero}, {t} {'-1' if op is Ops.DIV else a}, {t} {out}")
+            fixed = self.emit(f"sub {t} {self.c(0, d)}, {out}") if op is Ops.DIV else self.c(0, d)
+            out = self.emit(f"select {i1} {minus_one}, {t} {fixed}, {t} {out}")
+        return self.emit(f"select {i1} {zero}, {t} {self.c(-1, d) if op is Ops.DIV else a}, {t} {out}")
 
     def shift(self, op: Ops, d: DType, a: str, b: str) -> str:
-        t, bits = reg_type(d), 8 * d.itemsize
-        big = self.emit(f"icmp uge {t} {b}, {bits}")
-        safe = self.emit(f"select i1 {big}, {t} 0, {t} {b}")
+        t, bits, i1 = self.rt(d), 8 * d.itemsize, self.vt("i1")
+        big = self.emit(f"icmp uge {t} {b}, {self.c(bits, d)}")
+        safe = self.emit(f"select {i1} {big}, {t} {self.c(0, d)}, {t} {b}")
         kind = "shl" if op is Ops.SHL else "lshr" if d.is_unsigned else "ashr"
         out = self.emit(f"{kind} {t} {a}, {safe}")
-        overflow = "0" if op is Ops.SHL or d.is_unsigned else self.emit(f"ashr {t} {a}, {bits - 1}")
-        return self.emit(f"select i1 {big}, {t} {overflow}, {t} {out}")
+        overflow = self.c(0, d) if op is Ops.SHL or d.is_unsigned else self.emit(f"ashr {t} {a}, {self.c(bits - 1, d)}")
+        return self.emit(f"select {i1} {big}, {t} {overflow}, {t} {out}")
 
     def cast(self, a: str, src: DType, d: DType) -> str:
-        st, t = reg_type(src), reg_type(d)
-        if d.is_bool: return self.emit(f"{'fcmp une' if src.is_float else 'icmp ne'} {st} {a}, "
-                                       f"{const_text(0, src)}")
+        st, t, i1 = self.rt(src), self.rt(d), self.vt("i1")
+        if d.is_bool: return self.emit(f"{'fcmp une' if src.is_float else 'icmp ne'} {st} {a}, {self.c(0, src)}")
         if src.is_float and d.is_float:
-            if st != t: a = self.emit(f"{'fpext' if st == 'float' else 'fptrunc'} {st} {a} to {t}")
+            if st != t: a = self.emit(f"{'fpext' if reg_type(src) == 'float' else 'fptrunc'} {st} {a} to {t}")
             return self.round_to(a, d) if d.itemsize == 2 else a
         if src.is_float:  # saturating, NaN -> 0: clamp, then convert (selects vectorize; .sat intrinsics do not)
             bits = 8 * d.itemsize
             lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
-            hi = float(np.nextafter(np.array(top, dtype=np.float32 if st == "float" else np.float64), 0))
-            below = self.emit(f"fcmp olt {st} {a}, {const_text(lo, src)}")
-            a = self.emit(f"select i1 {below}, {st} {const_text(lo, src)}, {st} {a}")
-            above = self.emit(f"fcmp ogt {st} {a}, {const_text(hi, src)}")
-            a = self.emit(f"select i1 {above}, {st} {const_text(hi, src)}, {st} {a}")
+            hi = float(np.nextafter(np.array(top, dtype=np.float32 if reg_type(src) == "float" else np.float64), 0))
+            below = self.emit(f"fcmp olt {st} {a}, {self.c(lo, src)}")
+            a = self.emit(f"select {i1} {below}, {st} {self.c(lo, src)}, {st} {a}")
+            above = self.emit(f"fcmp ogt {st} {a}, {self.c(hi, src)}")
+            a = self.emit(f"select {i1} {above}, {st} {self.c(hi, src)}, {st} {a}")
             nan = self.emit(f"fcmp uno {st} {a}, {a}")
-            a = self.emit(f"select i1 {nan}, {st} {const_text(0.0, src)}, {st} {a}")
+            a = self.emit(f"select {i1} {nan}, {st} {self.c(0.0, src)}, {st} {a}")
             return self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
         if d.is_float:
             out = self.emit(f"{'uitofp' if src.is_unsigned or src.is_bool else 'sitofp'} {st} {a} to {t}")
             return self.round_to(out, d) if d.itemsize == 2 else out
         if st == t: return a
-        sb, tb = int(st[1:]), int(t[1:])
+        sb, tb = int(reg_type(src)[1:]), int(reg_type(d)[1:])
         if tb < sb: return self.emit(f"trunc {st} {a} to {t}")
         return self.emit(f"{'zext' if src.is_unsigned or src.is_bool else 'sext'} {st} {a} to {t}")
 
     def bitcast(self, a: str, src: DType, d: DType) -> str:
-        bits = f"i{8 * d.itemsize}"
-        if src == dtypes.float16: a = self.emit(f"bitcast half {self.emit(f'fptrunc float {a} to half')} to i16")
-        elif src == dtypes.bfloat16: a = self.emit(f"trunc i32 {self.bf16_bits(a)} to i16")
-        elif reg_type(src) != bits: a = self.emit(f"bitcast {reg_type(src)} {a} to {bits}")
-        if d == dtypes.float16: return self.emit(f"fpext half {self.emit(f'bitcast i16 {a} to half')} to float")
+        bits = self.vt(f"i{8 * d.itemsize}")
+        if src == dtypes.float16:
+            half = self.vt("half")
+            a = self.emit(f"bitcast {half} {self.emit(f'fptrunc {self.rt(src)} {a} to {half}')} to {self.vt('i16')}")
+        elif src == dtypes.bfloat16: a = self.emit(f"trunc {self.vt('i32')} {self.bf16_bits(a)} to {self.vt('i16')}")
+        elif self.rt(src) != bits: a = self.emit(f"bitcast {self.rt(src)} {a} to {bits}")
+        if d == dtypes.float16:
+            half = self.emit(f"bitcast {self.vt('i16')} {a} to {self.vt('half')}")
+            return self.emit(f"fpext {self.vt('half')} {half} to {self.vt('float')}")
         if d == dtypes.bfloat16: return self.from_memory(a, d)
-        if d.is_bool: return self.emit(f"icmp ne i8 {a}, 0")
-        return a if reg_type(d) == bits else self.emit(f"bitcast {bits} {a} to {reg_type(d)}")
+        if d.is_bool: return self.emit(f"icmp ne {self.vt('i8')} {a}, {self.c(0, dtypes.int8)}")
+        return a if self.rt(d) == bits else self.emit(f"bitcast {bits} {a} to {self.rt(d)}")
 
 
 def render_kernel(kernel: Kernel, lines: Linear) -> tuple[str, set[str]]:

@@ -17,19 +17,21 @@ from fnx.uop import Ops, UOp
 Linear = list[tuple[str, UOp]]
 
 
-def range_deps(sink: UOp) -> dict[UOp, frozenset]:
-    """The RANGEs each node's value depends on (a REDUCE's value does not depend on its own reduce ranges)."""
+def range_deps(sink: UOp, lanes: UOp | None = None) -> dict[UOp, frozenset]:
+    """The RANGEs each node's value depends on (a REDUCE's value does not depend on its own reduce ranges; a
+    LOAD/STORE of consecutive lanes, arg W, depends on the lane range)."""
     deps: dict[UOp, frozenset] = {}
     for u in sink.toposort:
         if u.op is Ops.RANGE: deps[u] = frozenset((u,))
         elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]] - set(u.src[1:])
         else: deps[u] = frozenset().union(*(deps[s] for s in u.src))
+        if u.op in (Ops.LOAD, Ops.STORE) and u.arg is not None and lanes is not None: deps[u] = deps[u] | {lanes}
     return deps
 
 
 def linearize(kernel: Kernel) -> Linear:
     order = [u for u in kernel.sink.toposort if u.op not in (Ops.SINK, Ops.RANGE)]
-    deps = range_deps(kernel.sink)
+    deps = range_deps(kernel.sink, kernel.lanes)
     lanes = {kernel.lanes} if kernel.lanes is not None else set()
     lines: Linear = []
     emitted: set[UOp] = set()

@@ -1,56 +1,297 @@
-"""optimize: the per-kernel schedule, chosen by hand heuristics.
+"""optimize: the per-kernel schedule, as a list of actions applied to the kernel's loops.
 
-- Loop order for reductions: when the reduction walks memory with a stride but the innermost output loop walks it
-  contiguously (the `k` loop of a matmul), the reduction moves outside that output loop and accumulates in the
-  output buffer: `out[m, n] = init; for k: for n: out[m, n] += a[m, k] * b[k, n]`. The inner loop becomes unit
-  stride and vectorizes; the summation order per element is unchanged, so results are bit-identical.
-- Threads: the outermost independent loop is split across CPU threads when the kernel has enough work.
-LLVM's loop vectorizer then widens the innermost unit-stride loop.
+An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops, output loops first
+(`kernel.ranges`, outermost first) then reduce loops (`kernel.reduce_ranges`). Actions compose left to right:
+
+- VECTORIZE(axis, W): split the loop into (n/W, W) and compute the inner W as vector lanes (`kernel.lanes`). On an
+  output loop every lane is one output element; on a reduce loop the accumulator is a vector reduced across lanes
+  at the end. A size that W does not divide gets a lane mask (masked loads and stores) on the last chunk.
+- UPCAST(axis, k): split an output loop by k (k divides it) and unroll the inner k: k outputs per iteration, each
+  with its own accumulator when the kernel reduces (register blocking).
+- UNROLL(axis, k): split a reduce loop by k (k divides it) and unroll the inner k into one update.
+- THREAD(axis): split the output loop across the CPU's worker threads (its iterations are independent).
+- SWAP(axis, other): exchange two output loops (their nesting order).
+- SPLIT(axis, k): split a loop into an outer loop of n/k and an inner loop of k (k divides n): with SWAP, tiling.
+- ACCUMULATE(axis): move a reduce loop outermost and accumulate into the output buffer across its iterations
+  (the output is first set to the reduction's identity by an init kernel). With SPLIT of the reduce loop this is
+  cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache.
+
+`heuristic_opts` chooses actions by hand rules; `FNX_BEAM` (fnx/lower/search.py) searches the same actions by
+timing. After the actions, loads and stores whose index walks memory one element per lane become single vector
+instructions (`arg` = W) and the rest gathers/scatters (the devectorize step).
+
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 from fnx import dtypes
-from fnx.lower.rangeify import Kernel, reduce_identity
-from fnx.lower.symbolic import terms
+from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
+from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.uop import Ops, UOp
 
 MIN_PARALLEL_WORK = 1 << 18   # below this, waking threads costs more than it saves (measured: ~50-100 us)
+VECTOR_BYTES = 64             # one AVX-512 register; LLVM splits wider vectors and scalarizes what the CPU lacks
 
 
-def _stride(index: UOp, r: UOp) -> int:
-    return sum(c for t, c in terms(index)[0] if t is r)
+@dataclass(frozen=True)
+class Opt:
+    op: str        # VECTORIZE UPCAST UNROLL THREAD SWAP
+    axis: int
+    amount: int = 0
+
+    def __repr__(self) -> str:
+        return f"{self.op}({self.axis}, {self.amount})"
 
 
-def _accumulate_in_output(kernel: Kernel) -> list[Kernel] | None:
-    """Split a strided reduction into an init kernel and an accumulate-into-output kernel (see module doc)."""
-    if not kernel.reduce_ranges or not kernel.ranges or len(kernel.sink.src) != 1: return None
-    store = kernel.sink.src[0]
-    red = store.src[2]
-    if red.op is not Ops.REDUCE or len(store.src) != 3: return None
-    if red.dtype.is_float and red.dtype.itemsize == 2: return None  # 16-bit floats accumulate in float32 registers
-    inner, innermost_reduce = kernel.ranges[-1], kernel.reduce_ranges[-1]
-    loads = [u for u in red.src[0].toposort if u.op is Ops.LOAD]
-    if _stride(store.src[1], inner) != 1: return None
-    # worth it when some load walks memory with a stride along the reduction but contiguously along `inner`
-    if not any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], innermost_reduce) not in (0, 1) for ld in loads):
-        return None
-    buf, index = store.src[0], store.src[1]
-    init = UOp(Ops.STORE, dtypes.bool_, (buf, index, UOp.const(red.dtype, reduce_identity(red.arg[0], red.dtype))))
-    acc = UOp(Ops.LOAD, red.dtype, (buf, index))
-    update = UOp(Ops.STORE, dtypes.bool_, (buf, index, acc.alu(red.arg[0], red.src[0])))
-    sink = lambda st: UOp(Ops.SINK, dtypes.bool_, (st,))  # noqa: E731
-    order = kernel.ranges[:-1] + kernel.reduce_ranges + [inner]
-    return [replace(kernel, name=f"{kernel.name}_init", sink=sink(init), reduce_ranges=[]),
-            replace(kernel, name=f"{kernel.name}_acc", sink=sink(update), ranges=order, reduce_ranges=[],
-                    thread_candidate=0 if len(kernel.ranges) > 1 else len(order) - 1)]
+class OptError(ValueError):
+    """An action that does not apply to this kernel (wrong axis kind, size not divisible, ...)."""
 
 
-def optimize(kernel: Kernel, threads: int) -> list[Kernel]:
-    """The schedule of one kernel (possibly split into several) for a CPU with `threads` worker threads."""
-    kernels = _accumulate_in_output(kernel) or [kernel]
-    for k in kernels:
-        if k.parallel and k.ranges and threads > 1 and k.work >= MIN_PARALLEL_WORK:
-            k.thread_range = k.thread_candidate
-    return kernels
+def _rebuild(sink: UOp, fn) -> UOp:
+    memo: dict[UOp, UOp] = {}
+    for u in sink.toposort:
+        new = tuple(memo[s] for s in u.src)
+        memo[u] = fn(u, new)
+    return memo[sink]
+
+
+def _same(u: UOp, src: tuple) -> UOp:
+    return u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+
+
+def _next_id(k: Kernel) -> int:
+    return 1 + max((u.arg[0] for u in k.sink.toposort if u.op is Ops.RANGE), default=-1)
+
+
+def _and(gate: UOp | None, valid: UOp) -> UOp:
+    return valid if gate is None else gate.alu(Ops.AND, valid)
+
+
+def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
+    """Split loop r into outer * amount + inner; a remainder is masked (gates on loads/stores, identity in reduces)."""
+    n = r.arg[1]
+    nid = _next_id(k)
+    outer, inner = UOp(Ops.RANGE, INDEX, (), (nid, -(-n // amount))), UOp(Ops.RANGE, INDEX, (), (nid + 1, amount))
+    idx = outer * amount + inner
+    valid = idx < n if n % amount else None
+
+    def fn(u: UOp, src: tuple) -> UOp:
+        if u is r: return idx
+        if u.op is Ops.REDUCE and r in u.src[1:]:
+            x = src[0]
+            if valid is not None: x = valid.alu(Ops.WHERE, x, UOp.const(u.dtype, reduce_identity(u.arg[0], u.dtype)))
+            ranges = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
+            return UOp(Ops.REDUCE, u.dtype, (x, *ranges), u.arg)
+        out = _same(u, src)
+        if valid is not None and u.op in (Ops.LOAD, Ops.STORE) and idx in out.src[1].toposort:
+            gate_at = 2 if u.op is Ops.LOAD else 3
+            gate = out.src[gate_at] if len(out.src) > gate_at else None
+            out = UOp(u.op, u.dtype, out.src[:gate_at] + (_and(gate, valid),), u.arg)
+        return out
+
+    sink = simplify_kernel(_rebuild(k.sink, fn))
+    swap = lambda rs: [p for s in rs for p in ((outer, inner) if s is r else (s,))]  # noqa: E731
+    return replace(k, sink=sink, ranges=swap(k.ranges), reduce_ranges=swap(k.reduce_ranges)), outer, inner
+
+
+def _unroll_output(k: Kernel, inner: UOp) -> Kernel:
+    """One copy of every store per value of `inner`."""
+    stores = [simplify_kernel(_substitute_range(st, inner, i)) for i in range(inner.arg[1]) for st in k.sink.src]
+    sink = UOp(Ops.SINK, dtypes.bool_, tuple(dict.fromkeys(stores)))
+    return replace(k, sink=sink, ranges=[r for r in k.ranges if r is not inner])
+
+
+def _unroll_reduce(k: Kernel, inner: UOp) -> Kernel:
+    """REDUCE over (..., inner) becomes REDUCE over (...) of the combined copies of its input."""
+    def fn(u: UOp, src: tuple) -> UOp:
+        if u.op is Ops.REDUCE and inner in u.src[1:]:
+            copies = [_substitute_range(src[0], inner, i) for i in range(inner.arg[1])]
+            while len(copies) > 1:  # a balanced tree keeps the dependency chain short
+                copies = [copies[j].alu(u.arg[0], copies[j + 1]) if j + 1 < len(copies) else copies[j]
+                          for j in range(0, len(copies), 2)]
+            rest = tuple(s for s in u.src[1:] if s is not inner)
+            return UOp(Ops.REDUCE, u.dtype, (copies[0], *rest), u.arg) if rest else copies[0]
+        return _same(u, src)
+    sink = simplify_kernel(_rebuild(k.sink, fn))
+    return replace(k, sink=sink, reduce_ranges=[r for r in k.reduce_ranges if r is not inner])
+
+
+def _substitute_range(root: UOp, r: UOp, value: int) -> UOp:
+    c = UOp.const(INDEX, value)
+    return _rebuild(root, lambda u, src: c if u is r else _same(u, src))
+
+
+def _store_buffers_read(k: Kernel) -> bool:
+    """Whether the kernel reads a buffer it writes other than at the index it writes (then iterations are not
+    independent; reading the element being updated, as an accumulation does, is fine)."""
+    written = {(st.src[0], st.src[1]) for st in k.sink.src}
+    buffers = {b for b, _ in written}
+    return any(u.op is Ops.LOAD and u.src[0] in buffers and (u.src[0], u.src[1]) not in written
+               for u in k.sink.toposort)
+
+
+def _accumulate(k: Kernel, r: UOp) -> Kernel:
+    """Reduce loop r becomes the outermost (sequential) loop; each store adds its partial reduction to the output."""
+    if r not in k.reduce_ranges or k.thread_range >= 0 or k.init or k.lanes is not None:
+        raise OptError("ACCUMULATE: needs a reduce loop, before THREAD/VECTORIZE")
+    stores = []
+    for st in k.sink.src:
+        red = st.src[2]
+        if (red.op is not Ops.REDUCE or r not in red.src[1:] or len(st.src) != 3
+                or (red.dtype.is_float and red.dtype.itemsize == 2)):  # 16-bit floats accumulate in float32 registers
+            raise OptError("ACCUMULATE: every store must write a reduction over the loop")
+        rest = tuple(x for x in red.src[1:] if x is not r)
+        part = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
+        old = UOp(Ops.LOAD, red.dtype, (st.src[0], st.src[1]))
+        stores.append(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], old.alu(red.arg[0], part))))
+    init = tuple(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], UOp.const(st.src[2].dtype, reduce_identity(
+        st.src[2].arg[0], st.src[2].dtype)))) for st in k.sink.src)
+    init_kernel = Kernel(f"{k.name}_init", UOp(Ops.SINK, dtypes.bool_, init), k.args, list(k.ranges), [])
+    return replace(k, sink=UOp(Ops.SINK, dtypes.bool_, tuple(stores)), ranges=[r] + k.ranges,
+                   reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(init_kernel,))
+
+
+def apply_opt(k: Kernel, opt: Opt) -> Kernel:
+    axes = k.ranges + k.reduce_ranges
+    if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: kernel has {len(axes)} loops")
+    r, is_output = axes[opt.axis], opt.axis < len(k.ranges)
+    k = replace(k, opts=k.opts + (opt,))
+    if opt.op == "THREAD":
+        if not is_output or not k.parallel: raise OptError(f"{opt}: not an independent output loop")
+        return replace(k, thread_range=opt.axis)
+    if opt.op == "SWAP":
+        if not is_output or not 0 <= opt.amount < len(k.ranges): raise OptError(f"{opt}: not two output loops")
+        ranges = list(k.ranges)
+        ranges[opt.axis], ranges[opt.amount] = ranges[opt.amount], ranges[opt.axis]
+        thread = k.thread_range
+        if thread in (opt.axis, opt.amount): thread = opt.amount if thread == opt.axis else opt.axis
+        return replace(k, ranges=ranges, thread_range=thread)
+    if opt.op == "ACCUMULATE": return _accumulate(k, r)
+    if k.thread_range >= 0 and opt.axis == k.thread_range:
+        raise OptError(f"{opt}: the loop is split across threads")
+    amount = opt.amount
+    if amount < 2 or amount > r.arg[1]: raise OptError(f"{opt}: amount must be in [2, {r.arg[1]}]")
+    if opt.op == "VECTORIZE":
+        if k.lanes is not None: raise OptError(f"{opt}: the kernel already has vector lanes")
+        if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
+        k, _, inner = _split(k, r, amount)
+        k = replace(k, ranges=[x for x in k.ranges if x is not inner],
+                    reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=inner)
+    elif opt.op == "SPLIT":
+        if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
+        k, _, _ = _split(k, r, amount)
+    elif opt.op in ("UPCAST", "UNROLL"):
+        if (opt.op == "UPCAST") != is_output: raise OptError(f"{opt}: wrong kind of loop")
+        if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
+        if opt.op == "UPCAST" and (not k.parallel or _store_buffers_read(k)):
+            raise OptError(f"{opt}: iterations are not independent")
+        k, _, inner = _split(k, r, amount)
+        k = _unroll_output(k, inner) if opt.op == "UPCAST" else _unroll_reduce(k, inner)
+    else:
+        raise OptError(f"unknown action {opt.op}")
+    return k  # a split puts the outer loop where the old one was: other loops keep their axis numbers
+
+
+def devectorize(k: Kernel) -> Kernel:
+    """Loads and stores whose index moves one element per lane become vector accesses (arg = lane count)."""
+    if k.lanes is None: return k
+    lanes, w = k.lanes, k.lanes.arg[1]
+
+    def fn(u: UOp, src: tuple) -> UOp:
+        out = _same(u, src)
+        if u.op not in (Ops.LOAD, Ops.STORE) or u.arg is not None: return out
+        parts, const = terms(out.src[1])
+        if sum(c for t, c in parts if t is lanes) != 1: return out
+        rest = [(t, c) for t, c in parts if t is not lanes]
+        if any(lanes in t.toposort for t, _ in rest): return out
+        return UOp(u.op, u.dtype, (out.src[0], simplify_kernel(build(INDEX, rest, const)), *out.src[2:]), w)
+    return replace(k, sink=_rebuild(k.sink, fn))
+
+
+# ---- the hand heuristics ----
+
+def _stride(index: UOp, r: UOp) -> int | None:
+    """The coefficient of r in an affine index (None when r appears non-linearly)."""
+    parts, _ = terms(index)
+    if any(r in t.toposort and t is not r for t, _ in parts): return None
+    return sum(c for t, c in parts if t is r)
+
+
+def _lane_width(k: Kernel) -> int:
+    sizes = [(u.src[2] if u.op is Ops.STORE else u).dtype.itemsize for u in k.sink.toposort
+             if u.op in (Ops.LOAD, Ops.STORE, Ops.REDUCE) or (u.op is Ops.CAST and u.dtype.is_float)]
+    return max(4, min(16, VECTOR_BYTES // max(sizes, default=4)))
+
+
+def _loads(k: Kernel) -> list[UOp]:
+    return [u for u in k.sink.toposort if u.op is Ops.LOAD]
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, limit + 1) if n % d == 0)
+
+
+L2_BYTES = 1 << 20   # per core (Zen 5); a k-slab of matmul operands should stay in it
+ACC_K = 256          # the k-slab when accumulating in the output
+
+
+def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
+    """Hand-chosen actions: vector lanes on the unit-stride loop, register blocking and cache blocking for
+    matmul-like reductions, threads on the outermost independent loop."""
+    opts: list[Opt] = []
+    if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
+    stores = list(k.sink.src)
+    w = _lane_width(k)
+    inner = k.ranges[-1] if k.ranges else None
+    store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)
+    red = k.reduce_ranges[-1] if k.reduce_ranges else None
+    loads = _loads(k)
+    thread_axis = 0
+    if red is not None and len(k.reduce_ranges) == 1 and len(stores) == 1:
+        load_unit_red = any(_stride(ld.src[1], red) == 1 for ld in loads)
+        matmul = store_unit and any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], red) not in (0, 1)
+                                    for ld in loads)
+        if matmul and inner.arg[1] >= w:
+            n_out = len(k.ranges)
+            slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
+            if slab > L2_BYTES and red.arg[1] % ACC_K == 0 and red.arg[1] > ACC_K and stores[0].src[2].op is Ops.REDUCE:
+                opts += [Opt("SPLIT", n_out, ACC_K), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
+                n_out += 1
+                thread_axis = 1
+            if inner.arg[1] % (2 * w) == 0: w *= 2
+            opts.append(Opt("VECTORIZE", n_out - 1, w))
+            if n_out - thread_axis >= 2:
+                up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)
+                if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
+        elif load_unit_red and red.arg[1] >= w:
+            opts.append(Opt("VECTORIZE", len(k.ranges), w))
+        elif store_unit and inner.arg[1] >= 4:
+            opts.append(Opt("VECTORIZE", len(k.ranges) - 1, min(w, inner.arg[1])))
+    elif red is None and store_unit and inner.arg[1] >= 4:
+        opts.append(Opt("VECTORIZE", len(k.ranges) - 1, min(w, inner.arg[1])))
+    if threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
+        probe = k
+        for opt in opts: probe = apply_opt(probe, opt)
+        if len(probe.ranges) > thread_axis and probe.ranges[thread_axis].arg[1] > 1:
+            opts.append(Opt("THREAD", thread_axis))
+    return opts
+
+
+def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:
+    for opt in opts: k = apply_opt(k, opt)
+    return devectorize(k)
+
+
+def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None) -> list[Kernel]:
+    """The schedule of one kernel for a CPU with `threads` worker threads: `opts` when given, else the BEAM
+    search's cached choice (FNX_BEAM) or the hand heuristics."""
+    if opts is None: opts = heuristic_opts(kernel, threads)
+    k = apply_opts(kernel, opts)
+    if not k.init: return [k]
+    init = k.init[0]
+    return [apply_opts(init, heuristic_opts(init, threads)), replace(k, name=f"{kernel.name}_acc", init=())]
+
+
+__all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize", "math"]

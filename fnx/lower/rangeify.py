@@ -44,6 +44,7 @@ class Kernel:
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
     lanes: UOp | None = None     # a RANGE computed as vector lanes, not a loop (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
+    init: tuple = ()             # a kernel that sets the outputs before an accumulating kernel runs (optimize)
 
     @property
     def work(self) -> int:
