@@ -1,12 +1,23 @@
 """Side-by-side benchmarks: fnx vs numpy (and JAX when installed), measured in one run.
 
-    python bench/run.py              # every workload
-    python bench/run.py W1 W6        # some of them
+    python bench/run.py                          # every workload
+    python bench/run.py W1 W6                    # some of them
+    python bench/run.py --json out.json          # also write every result as JSON
+    python bench/run.py --markdown               # also print a table for the README's Performance section
 
-Each line reports the best-of-N wall time per call and the ratio other/fnx (> 1 means fnx is faster).
+Each line reports the best-of-N wall time per call and the ratio other/fnx (> 1 means fnx is faster). Memory-bound
+workloads also report GB/s against this machine's measured copy bandwidth, matmuls GFLOP/s against the cores'
+measured FMA peak; both references are measured at the start of the run.
 """
 from __future__ import annotations
 
+import argparse
+import ctypes
+import datetime
+import functools
+import json
+import os
+import platform
 import sys
 import time
 
@@ -38,20 +49,136 @@ def block(x):
     return x.block_until_ready() if hasattr(x, "block_until_ready") and not isinstance(x, fnx.Array) else np.asarray(x)
 
 
+@functools.cache
 def memory_bandwidth() -> float:
-    """Measured host copy bandwidth in GB/s (read + write of a 256 MiB array)."""
+    """Measured host copy bandwidth in GB/s: a 256 MiB copy counts 512 MiB moved (read + write), far beyond any
+    cache; measured once per process."""
     a = np.ones(1 << 26, np.float32)
     b = np.empty_like(a)
     t = best(lambda: np.copyto(b, a), repeat=5)
     return 2 * a.nbytes / t / 1e9
 
 
-def report(name: str, results: dict[str, float], note: str = "") -> None:
+FMA_CHAINS = 12  # independent accumulators: enough to cover FMA latency x pipes on current x86 cores
+
+
+def _peak_loops_ir(lanes: int) -> str:
+    """LLVM IR of `fma_loop(n)`: n iterations of FMA_CHAINS independent `lanes`-wide FMAs, and (x86 only)
+    `add_loop(n)`: n iterations of 4 dependent register adds, hidden from the optimizer in inline asm."""
+    vec = f"<{lanes} x float>"
+    const = lambda v: f"<{', '.join([f'float {v}'] * lanes)}>"
+    chains = ([f"  %a{k} = phi {vec} [{const(float(k))}, %entry], [%b{k}, %loop]" for k in range(FMA_CHAINS)]
+              + [f"  %b{k} = call {vec} @llvm.fma.v{lanes}f32({vec} %a{k}, {vec} {const(0.5)}, {vec} {const(0.25)})"
+                 for k in range(FMA_CHAINS)])
+    sums = [f"  %s{k} = fadd {vec} %s{k - 1}, %b{k}" for k in range(1, FMA_CHAINS)]  # keeps every chain live
+    counted = "  %i1 = add i64 %i, 1\n  %done = icmp eq i64 %i1, %n\n  br i1 %done, label %exit, label %loop"
+    ir = f"""declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})
+define float @fma_loop(i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+{chr(10).join(chains)}
+{counted}
+exit:
+  %s0 = fadd {vec} %b0, %b0
+{chr(10).join(sums)}
+  %r = extractelement {vec} %s{FMA_CHAINS - 1}, i64 0
+  ret float %r
+}}
+"""
+    if platform.machine() not in ("x86_64", "AMD64"): return ir
+    adds = [f'  %x{k + 1} = call i64 asm "add $$1, $0", "=r,0,~{{flags}}"(i64 %x{k})' for k in range(4)]
+    return ir + f"""define i64 @add_loop(i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+  %x0 = phi i64 [0, %entry], [%x4, %loop]
+{chr(10).join(adds)}
+{counted}
+exit:
+  ret i64 %x4
+}}
+"""
+
+
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo, or "" where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.split(":")[0].strip() == field), "")
+    except OSError:
+        return ""
+
+
+@functools.cache
+def core_peak() -> tuple[float, list[str]]:
+    """Estimated float32 peak of all cores in GFLOP/s, and the lines that say how it was obtained; measured once.
+
+    One core's FMA rate is timed on a JIT-compiled loop of independent vector FMAs (best of many short runs, so
+    other processes on the machine rarely land inside one) and multiplied by os.cpu_count(). The clock, timed on
+    a chain of dependent adds (one cycle each on x86), turns that rate into flop/cycle, a cross-check against the
+    textbook 2 FMA pipes x lanes x 2."""
+    import llvmlite.binding as llvm  # fnx's own compiler dependency
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()  # for the inline asm of add_loop
+    lanes = 16 if "avx512f" in _cpuinfo("flags").split() else 8
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
+    module = llvm.parse_assembly(_peak_loops_ir(lanes))
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    kernel = lambda name, result: ctypes.CFUNCTYPE(result, ctypes.c_int64)(engine.get_function_address(name))
+    cores, n = os.cpu_count() or 1, 200_000
+    fma_loop = kernel("fma_loop", ctypes.c_float)
+    per_core = 2 * lanes * FMA_CHAINS * n / best(lambda: fma_loop(n), repeat=200) / 1e9
+    how = [f"{cores} cores x {per_core:.1f} GFLOP/s per core (timed {FMA_CHAINS} independent {lanes}-lane FMA "
+           f"chains on one core) = {cores * per_core:.0f} GFLOP/s"]
+    mhz = _cpuinfo("cpu MHz")
+    if engine.get_function_address("add_loop"):
+        add_loop = kernel("add_loop", ctypes.c_int64)
+        clock = 4 * n / best(lambda: add_loop(n), repeat=200) / 1e9
+        textbook = 2 * lanes * 2
+        how.append(f"= {per_core / clock:.1f} flop/cycle at {clock:.2f} GHz (timed dependent-add loop; "
+                   f"/proc/cpuinfo says {mhz or '?'} MHz)")
+        if per_core / clock < 0.75 * textbook:
+            how.append(f"(the textbook 2 FMA pipes x {lanes} lanes x 2 = {textbook} flop/cycle would claim "
+                       f"{cores * textbook * clock:.0f}: {lanes * 32}-bit FMAs run at half rate here, as on Zen 4)")
+    return cores * per_core, how
+
+
+def report(name: str, results: dict[str, float], note: str = "", bytes_moved: int = 0,
+           flops: int = 0) -> list[dict]:
+    """Print one line of times (and, with bytes_moved or flops, one of rates); return one JSON row per
+    implementation."""
     base = results["fnx"]
     parts = [f"fnx {base * 1e3:9.3f} ms"]
     for other, t in results.items():
         if other != "fnx": parts.append(f"{other} {t * 1e3:9.3f} ms ({t / base:5.2f}x)")
     print(f"{name:34s} " + " | ".join(parts) + (f"  {note}" if note else ""))
+    workload, description = name.split(" ", 1)
+    rows = [{"workload": workload, "description": description, "implementation": impl, "seconds": t}
+            for impl, t in results.items()]
+    if note: rows[0]["note"] = note
+    if bytes_moved:
+        for row in rows:
+            row["GB/s"] = bytes_moved / row["seconds"] / 1e9
+            row["fraction_of_bandwidth"] = row["GB/s"] / memory_bandwidth()
+        print(f"{'':34s} GB/s moving {bytes_moved / 2**20:.0f} MiB (the minimum): " + " | ".join(
+            f"{row['implementation']} {row['GB/s']:5.1f} ({row['fraction_of_bandwidth']:4.0%})" for row in rows)
+            + f" of the measured {memory_bandwidth():.1f}")
+    if flops:
+        for row in rows:
+            row["GFLOP/s"] = flops / row["seconds"] / 1e9
+            row["fraction_of_peak"] = row["GFLOP/s"] / core_peak()[0]
+        print(f"{'':34s} GFLOP/s: " + " | ".join(
+            f"{row['implementation']} {row['GFLOP/s']:6.1f} ({row['fraction_of_peak']:4.0%})" for row in rows)
+            + f" of the estimated peak {core_peak()[0]:.0f}"
+            + (f"; fnx/BLAS {results['numpy'] / base:.2f}" if "numpy" in results else ""))
+    return rows
 
 
 def w1_gelu():
@@ -68,8 +195,22 @@ def w1_gelu():
     if jax:
         jf, jx = jax.jit(lambda x: gelu(jjnp, x)), jjnp.asarray(x_np)
         res["jax"] = best(lambda: jf(jx).block_until_ready())
-    gbs = 2 * x_np.nbytes / res["fnx"] / 1e9
-    report("W1 gelu(x*a+b) 16M f32", res, f"fnx {gbs:.1f} GB/s")
+    return report("W1 gelu(x*a+b) 16M f32", res, bytes_moved=2 * x_np.nbytes)  # read x, write the result
+
+
+def w2_matmul():
+    rows = []
+    for n, repeat in ((1024, 7), (4096, 2)):  # one 4096² numpy call takes about a second here
+        a_np, b_np = np.random.default_rng(0).standard_normal((2, n, n)).astype(np.float32)
+        f = fnx.jit(lambda a, b: a @ b)
+        a, b = jnp.asarray(a_np), jnp.asarray(b_np)
+        np.testing.assert_allclose(np.asarray(f(a, b)), a_np @ b_np, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+        res = {"fnx": best(lambda: block(f(a, b)), repeat), "numpy": best(lambda: a_np @ b_np, repeat)}
+        if jax:
+            jf, ja, jb = jax.jit(lambda a, b: a @ b), jjnp.asarray(a_np), jjnp.asarray(b_np)
+            res["jax"] = best(lambda: jf(ja, jb).block_until_ready(), repeat)
+        rows += report(f"W2 matmul {n}x{n} f32", res, flops=2 * n ** 3)
+    return rows
 
 
 def w3_softmax():
@@ -85,7 +226,7 @@ def w3_softmax():
     if jax:
         jf, jx = jax.jit(lambda x: jax.nn.softmax(x, axis=-1)), jjnp.asarray(x_np)
         res["jax"] = best(lambda: jf(jx).block_until_ready())
-    report("W3 softmax (4096,4096) f32", res, f"fnx {2 * x_np.nbytes / res['fnx'] / 1e9:.1f} GB/s")
+    return report("W3 softmax (4096,4096) f32", res, bytes_moved=2 * x_np.nbytes)  # read x once, write once
 
 
 def w6_dispatch():
@@ -96,7 +237,7 @@ def w6_dispatch():
     if jax:
         jf, jx = jax.jit(lambda x: x + 1), jjnp.ones((1,), jjnp.float32)
         res["jax"] = best(lambda: jf(jx), number=2000)
-    report("W6 jitted x+1 dispatch (1 elem)", res, f"fnx {res['fnx'] * 1e6:.1f} us/call")
+    return report("W6 jitted x+1 dispatch (1 elem)", res, f"fnx {res['fnx'] * 1e6:.1f} us/call")
 
 
 def _mlp_data():
@@ -145,7 +286,7 @@ def w4_mlp_step():
         jf = jax.jit(_mlp_step(jjnp, jax.nn, jax.value_and_grad))
         jp, jx, jo = ({k: jjnp.asarray(v) for k, v in params.items()}, jjnp.asarray(x_np), jjnp.asarray(onehot_np))
         res["jax"] = best(lambda: jf(jp, jx, jo)[1].block_until_ready())
-    report("W4 MLP train step 784-512-10 b256", res, f"fnx {1 / res['fnx']:.0f} steps/s")
+    return report("W4 MLP train step 784-512-10 b256", res, f"fnx {1 / res['fnx']:.0f} steps/s")
 
 
 def _linear_loss(lib, nn_lib):
@@ -177,7 +318,7 @@ def w5_per_example_grads():
         jw, jx, jo = jjnp.asarray(w_np), jjnp.asarray(x_np), jjnp.asarray(onehot_np)
         np.testing.assert_allclose(np.asarray(jf(jw, jx, jo)), expected, rtol=1e-4, atol=1e-6)
         res["jax"] = best(lambda: jf(jw, jx, jo).block_until_ready())
-    report("W5 per-example grads 256->10 b128", res, f"fnx {128 / res['fnx']:.0f} examples/s")
+    return report("W5 per-example grads 256->10 b128", res, f"fnx {128 / res['fnx']:.0f} examples/s")
 
 
 def _rnn(lib, lax_lib):
@@ -209,13 +350,16 @@ def w8_scan_rnn():
         jargs = [jjnp.asarray(a) for a in (h_np, xs_np, wh_np, wx_np)]
         np.testing.assert_allclose(np.asarray(jf(*jargs)), expected, rtol=1e-4, atol=1e-5)
         res["jax"] = best(lambda: jf(*jargs).block_until_ready(), repeat=3) / steps
-    report("W8 scan RNN 1000 steps, per step", res, f"fnx {res['fnx'] * 1e6:.1f} us/step")
+    rows = report("W8 scan RNN 1000 steps, per step", res, f"fnx {res['fnx'] * 1e6:.1f} us/step")
     for n in (10, 10_000):  # tracing and compiling must not grow with the length: the body is traced once
         xs = jnp.asarray(rng.standard_normal((n, batch, inputs)).astype(np.float32))
         start = time.perf_counter()
         fnx.jit(_rnn(jnp, fnx.lax)).lower(args[0], xs, args[2], args[3])
-        print(f"{'':34s} fnx first call (trace+compile) of a {n:>6}-step scan: "
-              f"{(time.perf_counter() - start) * 1e3:8.1f} ms")
+        seconds = time.perf_counter() - start
+        print(f"{'':34s} fnx first call (trace+compile) of a {n:>6}-step scan: {seconds * 1e3:8.1f} ms")
+        rows.append({"workload": "W8", "description": f"trace+compile of a {n}-step scan", "implementation": "fnx",
+                     "seconds": seconds})
+    return rows
 
 
 W7_PROGRAM = """
@@ -260,19 +404,65 @@ def w7_first_call():
         res = {"fnx": run(W7_PROGRAM, cache_dir)}
         warm = run(W7_PROGRAM, cache_dir)
     if jax: res["jax"] = run(W7_JAX, "")
-    report("W7 first call of the W4 step", res, f"fnx {res['fnx']:.2f} s cold, {warm:.2f} s with a warm cache")
+    rows = report("W7 first call of the W4 step", res, f"fnx {res['fnx']:.2f} s cold, {warm:.2f} s with a warm cache")
+    return rows + [{"workload": "W7", "description": "first call of the W4 step, warm compile cache",
+                    "implementation": "fnx", "seconds": warm}]
 
 
-WORKLOADS = {"W1": w1_gelu, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads, "W6": w6_dispatch,
-             "W7": w7_first_call, "W8": w8_scan_rnn}
+WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
+             "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn}
+
+
+def _time_cell(seconds: float, base: float | None) -> str:
+    text = (f"{seconds * 1e6:.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.1f} ms" if seconds < 1
+            else f"{seconds:.2f} s")
+    return text + (f" ({seconds / base:.2f}x)" if base else "")
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    """A README table: one line per (workload, description), fnx | numpy | JAX times (ratio other/fnx), notes."""
+    lines = [header, "", "| workload | fnx | numpy | JAX | notes |", "|---|---|---|---|---|"]
+    groups: dict[tuple[str, str], dict[str, dict]] = {}
+    for row in rows: groups.setdefault((row["workload"], row["description"]), {})[row["implementation"]] = row
+    for (workload, description), impls in groups.items():
+        base = impls["fnx"]["seconds"]
+        cells = [_time_cell(impls[i]["seconds"], None if i == "fnx" else base) if i in impls else ""
+                 for i in ("fnx", "numpy", "jax")]
+        fnx_row = impls["fnx"]
+        note = (f"fnx {fnx_row['GB/s']:.1f} GB/s ({fnx_row['fraction_of_bandwidth']:.0%} of measured bandwidth)"
+                if "GB/s" in fnx_row else f"fnx {fnx_row['GFLOP/s']:.1f} GFLOP/s ({fnx_row['fraction_of_peak']:.0%} of "
+                "estimated peak)" if "GFLOP/s" in fnx_row else fnx_row.get("note", ""))
+        lines.append(f"| {workload} {description} | " + " | ".join(cells) + f" | {note} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> None:
-    chosen = [w for w in argv if w in WORKLOADS] or list(WORKLOADS)
-    print(f"fnx bench: {time.strftime('%Y-%m-%d')}, numpy {np.__version__}, "
-          f"jax {jax.__version__ if jax else 'not installed'}, host copy bandwidth {memory_bandwidth():.1f} GB/s")
-    for name in chosen:
-        WORKLOADS[name]()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", metavar="W", help=f"some of {', '.join(WORKLOADS)} (default: all)")
+    parser.add_argument("--json", metavar="PATH", help="write every result (seconds, GB/s, GFLOP/s) as JSON")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table for the README")
+    args = parser.parse_args(argv)
+    unknown = [w for w in args.workloads if w.upper() not in WORKLOADS]
+    if unknown: parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    chosen = [w.upper() for w in args.workloads] or list(WORKLOADS)
+    date = datetime.date.today().isoformat()
+    versions = f"numpy {np.__version__}, jax {jax.__version__ if jax else 'not installed'}"
+    print(f"fnx bench: {date}, {versions}")
+    print(f"host copy bandwidth: {memory_bandwidth():.1f} GB/s (256 MiB np.copyto, read + write counted)")
+    peak, how = core_peak()
+    print(f"float32 peak estimate: {how[0]}")
+    for line in how[1:]: print(f"{'':23s}{line}")
+    rows = [row for name in chosen for row in WORKLOADS[name]()]
+    command = " ".join(["python", "bench/run.py", *argv])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": date, "command": command, "numpy": np.__version__,
+                       "jax": jax.__version__ if jax else None, "memory_bandwidth_GB/s": memory_bandwidth(),
+                       "peak_GFLOP/s": peak, "peak_how": how, "results": rows}, f, indent=1)
+    if args.markdown:
+        print("\n" + markdown(rows, f"Measured {date} with `{command}` on {os.cpu_count()} cores, {versions}; "
+                                    f"host copy bandwidth {memory_bandwidth():.1f} GB/s, float32 peak estimate "
+                                    f"{peak:.0f} GFLOP/s; \"x\" is other / fnx (above 1: fnx is faster)."))
 
 
 if __name__ == "__main__":
