@@ -11,13 +11,14 @@ class Config:
     debug: int             # FNX_DEBUG: 1 launches+times, 2 kernel names+shapes, 3 IR per stage, 4 LLVM IR
     cpu_threads: int       # FNX_CPU_THREADS: worker threads for CPU kernels
     cache_dir: str | None  # FNX_CACHE_DIR: persistent compile cache ('' disables)
+    beam: int = 0          # FNX_BEAM: width of the schedule search timed on the device (0: hand heuristics)
 
 
 def _read() -> Config:
     cache = os.environ.get("FNX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fnx"))
     return Config(device=os.environ.get("FNX_DEVICE", "cpu"), debug=int(os.environ.get("FNX_DEBUG", "0") or 0),
                                 cpu_threads=int(os.environ.get("FNX_CPU_THREADS", "0") or 0) or (os.cpu_count() or 1),
-                                cache_dir=cache or None)
+                                cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0))
 
 
 config = _read()

@@ -75,7 +75,8 @@ class LLVMCompiler:
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        self.machine = target.create_target_machine(cpu=cpu, features=features, opt=3)
+        self.target, self.machine_options = target, dict(cpu=cpu, features=features, opt=3)
+        self.machine = target.create_target_machine(**self.machine_options)
         self.cache = ObjectCache(config.cache_dir, f"{llvm.get_default_triple()} {cpu} {features} llvmlite "
                                                    f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
 
@@ -93,7 +94,8 @@ class LLVMCompiler:
             builder.getModulePassManager().run(module, builder)
         else:
             self.cache.hits += 1
-        engine = llvm.create_mcjit_compiler(module, self.machine)
+        # the engine owns the target machine it is given and destroys it with itself: give each its own
+        engine = llvm.create_mcjit_compiler(module, self.target.create_target_machine(**self.machine_options))
         engine.set_object_cache(notify_func=lambda _, obj: self.cache.store(key, obj) if cached is None else None,
                                 getbuffer_func=lambda _: cached)
         engine.finalize_object()

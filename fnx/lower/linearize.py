@@ -51,9 +51,23 @@ def linearize(kernel: Kernel) -> Linear:
     def emit_reduces(first: UOp, chain: list[UOp]) -> None:
         """`first` and every other ready REDUCE over the same loops (not feeding one another) in one loop nest."""
         loops = [r for r in first.src[1:] if r not in lanes]
-        group = [first] + [u for u in order if u.op is Ops.REDUCE and u is not first and u not in emitted
-                           and u.src[1:] == first.src[1:] and deps[u] <= set(chain) | lanes
-                           and first not in u.toposort and u not in first.toposort]
+        open_ranges, inner = set(chain) | lanes, chain[-1] if chain else None
+
+        def at_this_level(u: UOp) -> bool:
+            return u not in emitted and deps[u] <= open_ranges and (inner is None or inner in deps[u])
+
+        group, before = [first], set()
+        for u in order:
+            if u.op is not Ops.REDUCE or u is first or u in emitted or u.src[1:] != first.src[1:]: continue
+            if not deps[u] <= open_ranges or u in first.toposort: continue
+            needs = [a for a in u.toposort if a is not u and at_this_level(a)]  # must be computed before the nest
+            if any(a.op is Ops.REDUCE for a in needs): continue
+            group.append(u)
+            before.update(needs)
+        for u in order:
+            if u in before and u not in emitted:
+                lines.append(("node", u))
+                emitted.add(u)
         for red in group: lines.append(("acc_init", red))
         for i, r in enumerate(loops):
             lines.append(("open", r))

@@ -93,7 +93,10 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
 
     sink = simplify_kernel(_rebuild(k.sink, fn))
     swap = lambda rs: [p for s in rs for p in ((outer, inner) if s is r else (s,))]  # noqa: E731
-    return replace(k, sink=sink, ranges=swap(k.ranges), reduce_ranges=swap(k.reduce_ranges)), outer, inner
+    init = k.init
+    if init and r in init[1]: init = (init[0], init[1] - {r} | {outer, inner})  # both parts still run in order
+    return (replace(k, sink=sink, ranges=swap(k.ranges), reduce_ranges=swap(k.reduce_ranges), init=init),
+            outer, inner)
 
 
 def _unroll_output(k: Kernel, inner: UOp) -> Kernel:
@@ -150,7 +153,7 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
         st.src[2].arg[0], st.src[2].dtype)))) for st in k.sink.src)
     init_kernel = Kernel(f"{k.name}_init", UOp(Ops.SINK, dtypes.bool_, init), k.args, list(k.ranges), [])
     return replace(k, sink=UOp(Ops.SINK, dtypes.bool_, tuple(stores)), ranges=[r] + k.ranges,
-                   reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(init_kernel,))
+                   reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(init_kernel, frozenset((r,))))
 
 
 def apply_opt(k: Kernel, opt: Opt) -> Kernel:
@@ -158,6 +161,8 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: kernel has {len(axes)} loops")
     r, is_output = axes[opt.axis], opt.axis < len(k.ranges)
     k = replace(k, opts=k.opts + (opt,))
+    if k.init and r in k.init[1] and opt.op in ("THREAD", "UPCAST", "VECTORIZE"):
+        raise OptError(f"{opt}: the accumulation loop runs in order")
     if opt.op == "THREAD":
         if not is_output or not k.parallel: raise OptError(f"{opt}: not an independent output loop")
         return replace(k, thread_range=opt.axis)
@@ -284,9 +289,30 @@ def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:
     return devectorize(k)
 
 
+_overrides: list = []   # test hooks: callables (kernel, threads) -> actions, innermost last
+
+
+class schedule_override:
+    """`with schedule_override(choose): ...` lowers every kernel with the actions `choose(kernel, threads)` returns
+    (tests use it to run arbitrary schedules against the oracle)."""
+
+    def __init__(self, choose):
+        self.choose = choose
+
+    def __enter__(self):
+        _overrides.append(self.choose)
+
+    def __exit__(self, *exc):
+        _overrides.remove(self.choose)
+
+
 def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None) -> list[Kernel]:
     """The schedule of one kernel for a CPU with `threads` worker threads: `opts` when given, else the BEAM
     search's cached choice (FNX_BEAM) or the hand heuristics."""
+    if opts is None and _overrides: opts = _overrides[-1](kernel, threads)  # None: no override for this kernel
+    if opts is None:
+        from fnx.lower.search import searched_opts
+        opts = searched_opts(kernel, threads)
     if opts is None: opts = heuristic_opts(kernel, threads)
     k = apply_opts(kernel, opts)
     if not k.init: return [k]
