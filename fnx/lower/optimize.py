@@ -177,7 +177,8 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     if k.thread_range >= 0 and opt.axis == k.thread_range:
         raise OptError(f"{opt}: the loop is split across threads")
     amount = opt.amount
-    if amount < 2 or amount > r.arg[1]: raise OptError(f"{opt}: amount must be in [2, {r.arg[1]}]")
+    most = 2 * r.arg[1] - 1 if opt.op == "VECTORIZE" else r.arg[1]  # lanes may overhang the loop (masked)
+    if amount < 2 or amount > most: raise OptError(f"{opt}: amount must be in [2, {most}]")
     if opt.op == "VECTORIZE":
         if k.lanes is not None: raise OptError(f"{opt}: the kernel already has vector lanes")
         if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
@@ -258,14 +259,16 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
         load_unit_red = any(_stride(ld.src[1], red) == 1 for ld in loads)
         matmul = store_unit and any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], red) not in (0, 1)
                                     for ld in loads)
-        if matmul and inner.arg[1] >= w:
+        if matmul and inner.arg[1] >= 8:
             n_out = len(k.ranges)
             slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
-            if slab > L2_BYTES and red.arg[1] % ACC_K == 0 and red.arg[1] > ACC_K and stores[0].src[2].op is Ops.REDUCE:
-                opts += [Opt("SPLIT", n_out, ACC_K), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
+            kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
+            if slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE:
+                opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
                 n_out += 1
                 thread_axis = 1
             if inner.arg[1] % (2 * w) == 0: w *= 2
+            elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
             opts.append(Opt("VECTORIZE", n_out - 1, w))
             if n_out - thread_axis >= 2:
                 up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)

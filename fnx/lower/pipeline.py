@@ -78,7 +78,9 @@ class Lowering:
                 continue
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
                     f"{[r.arg[1] for r in kernel.ranges]} reduce {[r.arg[1] for r in kernel.reduce_ranges]}")
-            if stage == "optimize": head += f", thread-split loop {kernel.thread_range}"
+            if stage == "optimize":
+                lanes = f", vector lanes {kernel.lanes.arg[1]}" if kernel.lanes is not None else ""
+                head += f", actions {list(kernel.opts)}{lanes}, thread-split loop {kernel.thread_range}"
             parts.append(f"{head}\n{format_linear(lines)}" if stage == "linearize" else head)
         return "\n".join(parts)
 
