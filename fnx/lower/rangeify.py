@@ -1,13 +1,22 @@
 """rangeify: decide the kernel split of a FUNCTION and turn each kernel into loops over scalar computation.
 
-Which values get their own buffer (are *realized*): the function's outputs, every REDUCE, SCATTER and CONTIGUOUS,
-and any fused value that would otherwise be recomputed too often: one read at several indices (stencils, scans),
-or an expensive one broadcast across loops it does not depend on. Everything else fuses into its consumers:
-elementwise chains compute in registers and movement ops (reshape, permute, expand, pad, shrink, flip, gather)
-become index arithmetic on the loads, never copies.
+Which values get their own buffer (are *realized*): the function's outputs, every SCATTER and CONTIGUOUS, and any
+fused value that would otherwise be recomputed too often: one read at several indices (stencils, scans), an
+expensive one broadcast across outer loops it does not depend on, or one computed in several loop nests when the
+cost model (fnx/lower/cost.py) says recomputing it costs more than a buffer. Everything else fuses into its
+consumers: elementwise chains compute in registers and movement ops (reshape, permute, expand, pad, shrink, flip,
+gather) become index arithmetic on the loads, never copies.
 
-A kernel here is loops (RANGE) over one realized value: LOADs from buffers, scalar ALU ops, an optional REDUCE
-over the innermost ranges, and a STORE.
+A REDUCE fuses into the kernel that consumes it (softmax's max and sum, layernorm's mean and variance) when that is
+cheap: its input row fits in cache (FUSED_ROW_BYTES), so the consumer's second read of the row costs no memory
+traffic; the consumer reads each of its elements in one iteration of the loops outside it, so linearize computes it
+once per row, never once per output element; it is not a matmul-like product of two loads (those stay their own
+kernel for the optimizer); and one kernel computes it. The last condition, like the recompute rule, is a decision
+over the whole function: `rangeify` splits, finds the fused values computed in several places at a cost, gives
+buffers to those whose buffer saves the most (`_recomputed`), and splits again until nothing changes.
+
+A kernel here is loops (RANGE) over one realized value: LOADs from buffers, scalar ALU ops, REDUCEs (each with
+its own RANGEs, in REDUCE.src[1:]; linearize nests each at the output loops it depends on), and a STORE.
 """
 from __future__ import annotations
 
@@ -16,11 +25,12 @@ from dataclasses import dataclass, field
 
 from fnx import dtypes
 from fnx.dtypes import DType
+from fnx.lower.cost import element_flops, kernel_bytes, kernel_flops, recompute_costs_more
 from fnx.lower.symbolic import simplify_kernel
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, Ops, UOp, postorder
 
 INDEX = dtypes.int64
-_EXPENSIVE = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.DIV, Ops.RECIP, Ops.MOD}
+FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its consumer: it should still be in cache
 
 
 @dataclass
@@ -42,13 +52,23 @@ class Kernel:
     parallel: bool = True        # False when iterations must run in order (scatter)
     thread_candidate: int = 0    # index into ranges of a loop whose iterations are independent
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
-    lanes: UOp | None = None     # a RANGE computed as vector lanes, not a loop (set by optimize)
+    lanes: tuple = ()            # RANGEs computed as vector lanes of one width, not loops (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
-    init: tuple = ()             # a kernel that sets the outputs before an accumulating kernel runs (optimize)
+    init: tuple = ()             # stores that set the outputs before an accumulating kernel runs (optimize)
 
     @property
     def work(self) -> int:
         return math.prod(r.arg[1] for r in self.ranges + self.reduce_ranges)
+
+    @property
+    def flops(self) -> int:
+        """Estimated weighted FLOPs of one run (fnx/lower/cost.py)."""
+        return kernel_flops(self)
+
+    @property
+    def bytes(self) -> int:
+        """Estimated bytes loaded and stored by one run (fnx/lower/cost.py)."""
+        return kernel_bytes(self)
 
 
 @dataclass
@@ -92,26 +112,38 @@ class _Realize(Exception):
         self.node = node
 
 
-def _cost(u: UOp, realized: dict[UOp, int]) -> int:
-    """ALU work of the fused cone of u (transcendentals count 10), stopping at realized values."""
-    total, seen, stack = 0, set(), [u]
-    while stack:
-        n = stack.pop()
-        if n in seen or n in realized: continue
-        seen.add(n)
-        total += 10 if n.op in _EXPENSIVE else 1 if n.op in GroupOp.ALU and n.op is not Ops.CAST else 0
-        stack.extend(n.src)
-    return total
+@dataclass(eq=False)
+class _Nest:
+    """One loop nest of a kernel: its output loops, or a fused REDUCE's loops (the outer ones it depends on first)."""
+    loops: list[UOp]
+    kernel: KernelBuilder
+
+
+@dataclass
+class _Plan:
+    """The whole-function fusion decision: fused values that get a buffer anyway, and where the last split put
+    every fused value it computed (the loop nests computing it)."""
+    keep: set[UOp] = field(default_factory=set)
+    computed_in: dict[UOp, set[_Nest]] = field(default_factory=dict)
+
+
+def _ranges_in(u: UOp) -> set[UOp]:
+    return {n for n in u.toposort if n.op is Ops.RANGE}
 
 
 class KernelBuilder:
     """Builds the scalar graph of one kernel: `value(node, idx, gate)` is node's element at index tuple idx."""
 
-    def __init__(self, schedule: Schedule, all_ranges: list[UOp]):
-        self.schedule, self.all_ranges = schedule, set(all_ranges)
+    def __init__(self, schedule: Schedule, ranges: list[UOp], plan: _Plan):
+        self.schedule, self.plan = schedule, plan
         self.args: list[int] = []
         self.memo: dict[tuple, UOp] = {}
-        self.seen_at: dict[UOp, set] = {}
+        self.nest = _Nest(list(ranges), self)
+        self.next_range = len(ranges)                       # range ids are unique within a kernel
+        self.reduce_ranges: list[UOp] = []
+        self.seen_at: dict[tuple[_Nest, UOp], set] = {}     # the index tuples a node was computed at, per nest
+        self.reduced_at: dict[UOp, set] = {}                # the index tuples a fused REDUCE was computed at
+        self.computed_in: dict[UOp, set[_Nest]] = {}        # handed to the plan once the kernel is complete
 
     def buffer_arg(self, buf_id: int) -> UOp:
         if buf_id not in self.args: self.args.append(buf_id)
@@ -127,27 +159,37 @@ class KernelBuilder:
         if (hit := self.memo.get(key)) is not None: return hit
         if (buf := self.schedule.realized.get(u)) is not None:
             out = self.load(buf, linear_index(idx, u.shape), gate)
+        elif u.op in _ALWAYS_REALIZED or _is_control_output(u) or u in self.plan.keep:
+            raise _Realize(u)
         else:
             out = self.compute(u, idx, gate)
         self.memo[key] = out
         return out
 
+    def repeats(self, idx: tuple[UOp, ...]) -> int:
+        """How often the current nest computes each element at idx: the iterations of the loops outside the
+        innermost one idx depends on that idx does not depend on (linearize hoists out of the inner ones)."""
+        used = {r for i in idx for r in _ranges_in(i)}
+        loops = self.nest.loops
+        innermost = max((k for k, r in enumerate(loops) if r in used), default=-1)
+        return math.prod(r.arg[1] for r in loops[:innermost + 1] if r not in used)
+
     def _check_fusion(self, u: UOp, idx: tuple[UOp, ...]) -> None:
         if u.op not in GroupOp.ALU: return
-        seen = self.seen_at.setdefault(u, set())
+        self.computed_in.setdefault(u, set()).add(self.nest)
+        seen = self.seen_at.setdefault((self.nest, u), set())
         seen.add(idx)
-        if len(seen) > 1 and _cost(u, self.schedule.realized) > 1: raise _Realize(u)
-        used = {r for i in idx for r in i.toposort if r.op is Ops.RANGE}
-        if used != self.all_ranges and _cost(u, self.schedule.realized) > 8 and u.size > 1: raise _Realize(u)
+        if len(seen) > 1 and element_flops(u, self.schedule.realized, 1) > 1: raise _Realize(u)
+        if u.size > 1 and self.repeats(idx) > 1 and element_flops(u, self.schedule.realized, 8) > 8: raise _Realize(u)
 
     def compute(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         """Node u's element at idx from its sources (the kernel's own root is computed, never loaded)."""
-        if u.op in _ALWAYS_REALIZED or _is_control_output(u): raise _Realize(u)
         self._check_fusion(u, idx)
         op, src = u.op, u.src
         if op is Ops.CONST: return UOp.const(u.dtype, u.arg[0])
         if op is Ops.IOTA: return idx[u.arg[1]].cast(u.dtype)
         if op in GroupOp.ALU: return UOp(op, u.dtype, tuple(self.value(s, idx, gate) for s in src), u.arg)
+        if op is Ops.REDUCE: return self._fused_reduce(u, idx, gate)
         x = src[0]
         if op is Ops.RESHAPE: return self.value(x, reshape_index(idx, u.shape, x.shape), gate)
         if op is Ops.PERMUTE:
@@ -170,6 +212,41 @@ class KernelBuilder:
             return self.value(x, idx[:axis] + (clamped,) + idx[axis + k:], gate)
         raise NotImplementedError(f"rangeify: no rule for {op}")
 
+    def reduce(self, u: UOp, idx: tuple[UOp, ...]) -> UOp:
+        """REDUCE u's element at idx as a scalar REDUCE over fresh RANGEs, its input built in a loop nest of its own."""
+        (reduce_op, axes), x = u.arg, u.src[0]
+        if x.size == 0: return UOp.const(u.dtype, reduce_identity(reduce_op, u.dtype))
+        full, fresh = [], []
+        for i, s in enumerate(x.shape):
+            if i in axes and s > 1:
+                fresh.append(UOp(Ops.RANGE, INDEX, (), (self.next_range, s)))
+                self.next_range += 1
+                full.append(fresh[-1])
+            else:
+                full.append(UOp.const(INDEX, 0) if i in axes else idx[i])
+        if not fresh: return self.value(x, tuple(full))
+        self.reduce_ranges.extend(fresh)
+        used = {r for i in idx for r in _ranges_in(i)}
+        outer, self.nest = self.nest, _Nest([r for r in self.nest.loops if r in used] + fresh, self)
+        try:
+            inner = self.value(x, tuple(full))
+        finally:
+            self.nest = outer
+        return UOp(Ops.REDUCE, u.dtype, (inner, *fresh), (reduce_op, ()))
+
+    def _fused_reduce(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        """A REDUCE computed inside its consumer's kernel, or _Realize when that is not cheap (module docstring)."""
+        x = u.src[0]
+        row_bytes = math.prod(s for i, s in enumerate(x.shape) if i in u.arg[1]) * x.dtype.itemsize
+        if gate is not None or row_bytes > FUSED_ROW_BYTES or self.repeats(idx) > 1: raise _Realize(u)
+        places = self.reduced_at.setdefault(u, set())
+        places.add(idx)
+        if len(places) > 1: raise _Realize(u)  # read at two different places: one buffer serves both
+        self.computed_in.setdefault(u, set()).add(self.nest)
+        out = self.reduce(u, idx)
+        if _is_matmul_like(out): raise _Realize(u)
+        return out
+
     def _pad(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
         x, valid, inner = u.src[0], None, []
         for i, s, (b, _) in zip(idx, x.shape, u.arg):
@@ -180,6 +257,13 @@ class KernelBuilder:
         if valid is None: return self.value(x, tuple(inner), gate)
         inner_gate = valid if gate is None else gate.alu(Ops.AND, valid)
         return valid.alu(Ops.WHERE, self.value(x, tuple(inner), inner_gate), UOp.const(u.dtype, 0))
+
+
+def _is_matmul_like(red: UOp) -> bool:
+    """A reduced product of two operands that walk different ranges (a matmul, an outer product reduced)."""
+    body = red.src[0] if red.op is Ops.REDUCE else red
+    while body.op is Ops.CAST: body = body.src[0]
+    return body.op is Ops.MUL and _ranges_in(body.src[0]) != _ranges_in(body.src[1])
 
 
 def _ranges(shape: tuple[int, ...], first_id: int) -> tuple[tuple[UOp, ...], list[UOp]]:
@@ -207,46 +291,34 @@ def _store(builder: KernelBuilder, buf_id: int, index: UOp, value: UOp, gate: UO
     return UOp(Ops.STORE, dtypes.bool_, src)
 
 
-def _kernel_for(u: UOp, buf_id: int, schedule: Schedule) -> list[Kernel]:
+def _finish(builder: KernelBuilder) -> None:
+    """The kernel is complete: tell the plan where it computed each fused value."""
+    for u, nests in builder.computed_in.items(): builder.plan.computed_in.setdefault(u, set()).update(nests)
+
+
+def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:
     """The kernel(s) computing realized node u into buffer buf_id."""
-    if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule)
-    if u.op is Ops.REDUCE:
-        (reduce_op, axes), x = u.arg, u.src[0]
-        out_idx, ranges = _ranges(u.shape, 0)
-        full, reduce_ranges = [], []
-        for i, s in enumerate(x.shape):
-            if i in axes and s > 1:
-                r = UOp(Ops.RANGE, INDEX, (), (len(ranges) + len(reduce_ranges), s))
-                reduce_ranges.append(r)
-                full.append(r)
-            else:
-                full.append(UOp.const(INDEX, 0) if i in axes else out_idx[i])
-        builder = KernelBuilder(schedule, ranges + reduce_ranges)
-        if x.size == 0:
-            value = UOp.const(u.dtype, reduce_identity(reduce_op, u.dtype))
-        else:
-            inner = builder.value(x, tuple(full))
-            value = UOp(Ops.REDUCE, u.dtype, (inner, *reduce_ranges), (reduce_op, ())) if reduce_ranges else inner
-    else:
-        out_idx, ranges = _ranges(u.shape, 0)
-        reduce_ranges = []
-        builder = KernelBuilder(schedule, ranges)
-        if not u.size: value = UOp.const(u.dtype, 0)
-        elif u.op is Ops.CONTIGUOUS: value = builder.value(u.src[0], out_idx)
-        else: value = builder.compute(u, out_idx)
+    if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule, plan)
+    out_idx, ranges = _ranges(u.shape, 0)
+    builder = KernelBuilder(schedule, ranges, plan)
+    if not u.size: value = UOp.const(u.dtype, 0)
+    elif u.op is Ops.REDUCE: value = builder.reduce(u, out_idx)
+    elif u.op is Ops.CONTIGUOUS: value = builder.value(u.src[0], out_idx)
+    else: value = builder.compute(u, out_idx)
     sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, linear_index(out_idx, u.shape), value),))
-    name = f"{'r' if reduce_ranges else 'E'}_{'_'.join(map(str, u.shape)) or 'scalar'}"
-    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, reduce_ranges)]
+    _finish(builder)
+    name = f"{'r' if builder.reduce_ranges else 'E'}_{'_'.join(map(str, u.shape)) or 'scalar'}"
+    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges)]
 
 
-def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule) -> list[Kernel]:
+def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:
     """Copy the operand into the output, then apply the updates in order (one sequential kernel)."""
     x, ind, upd = u.src
     axis, mode = u.arg
     copy = UOp(Ops.CONTIGUOUS, u.dtype, (x,))
-    kernels = _kernel_for(copy, buf_id, schedule) if x.size else []
+    kernels = _kernel_for(copy, buf_id, schedule, plan) if x.size else []
     idx, ranges = _ranges(upd.shape, 0)
-    builder = KernelBuilder(schedule, ranges)
+    builder = KernelBuilder(schedule, ranges, plan)
     if upd.size == 0: return kernels
     k = ind.ndim
     target = builder.value(ind, idx[axis:axis + k]).cast(INDEX)
@@ -261,19 +333,21 @@ def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule) -> list[Kernel]:
         if mode == "min" and u.dtype.is_float:  # NaN propagates, as in numpy.minimum
             new = old.alu(Ops.CMPNE, old).alu(Ops.WHERE, old, new)
     sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, index, new, gate),))
-    return kernels + [Kernel(f"S_{'_'.join(map(str, upd.shape))}", simplify_kernel(sink), builder.args, ranges, [],
-                             parallel=False)]
+    _finish(builder)
+    return kernels + [Kernel(f"S_{'_'.join(map(str, upd.shape))}", simplify_kernel(sink), builder.args, ranges,
+                             builder.reduce_ranges, parallel=False)]
 
 
-_ALWAYS_REALIZED = (Ops.REDUCE, Ops.SCATTER, Ops.CONTIGUOUS)
+_ALWAYS_REALIZED = (Ops.SCATTER, Ops.CONTIGUOUS)
+_OWN_BUFFER = (Ops.REDUCE, *_ALWAYS_REALIZED)  # a reshape of one of these, when needed in a buffer, aliases it
 
 
 def _is_control_output(u: UOp) -> bool:
     return u.op is Ops.GETTUPLE and u.src[0].op in GroupOp.Control
 
 
-def _must_realize(body: UOp) -> list[UOp]:
-    return [u for u in body.graph if u.op in _ALWAYS_REALIZED or _is_control_output(u)]
+def _must_realize(body: UOp, plan: _Plan) -> list[UOp]:
+    return [u for u in body.graph if u.op in _ALWAYS_REALIZED or _is_control_output(u) or u in plan.keep]
 
 
 @dataclass
@@ -300,8 +374,51 @@ def _control_step(node: UOp, schedule: Schedule) -> ControlStep:
     return ControlStep(node, [schedule.realized[v] for v in values], outputs, f"{node.op.name.lower()}")
 
 
+def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
+    """Fused values the last split computed in several places at a cost worth a buffer: a REDUCE in several
+    kernels, or elementwise work in several loop nests that costs more than a buffer (cost.recompute_costs_more).
+
+    When one such value feeds another, one buffer often serves both: the one computed in more places wins (a
+    buffer for it makes the other cheap too), and between equals the upper one (the lower one is then computed
+    once, in the upper one's kernel). Winners are chosen in rounds, each seeing the buffers chosen before it; a
+    value below a winner waits for the next split, which computes it in fewer places."""
+    places = {u: len({n.kernel for n in nests}) if u.op is Ops.REDUCE else len(nests)
+              for u, nests in plan.computed_in.items()}
+    chosen: set[UOp] = set()
+    while True:
+        stop = {*realized, *chosen}
+        below = {v for u in chosen for s in u.src for v in postorder(s, lambda n: n.src, stop)}
+        costly = {u for u, k in places.items() if u not in stop and u not in below and k > 1
+                  and (u.op is Ops.REDUCE or recompute_costs_more(u, k, stop))}
+        losers = set()
+        for u in costly:
+            for v in postorder(u, lambda n: n.src, stop)[:-1]:
+                if v in costly: losers.add(u if places[v] > places[u] else v)
+        if not costly - losers: return chosen
+        chosen |= costly - losers
+
+
 def rangeify(fn: UOp) -> Schedule:
-    """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring."""
+    """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring.
+
+    Args:
+      fn: a FUNCTION whose body is a TUPLE of outputs over PARAMs (after callify).
+    Returns:
+      the Schedule: kernels in run order, the buffers they use and the buffer of each output.
+
+    Example: `rangeify(callify(fnx.make_graph(fnx.nn.softmax)(x).fn)).kernels` for a 2-d x is two kernels, each
+    with its reduction fused in: exp(x - max) and its division by the row sums.
+    """
+    plan = _Plan()
+    while True:
+        schedule = _split(fn, plan)
+        more = _recomputed(plan, schedule.realized)
+        if not more: return schedule
+        plan = _Plan(plan.keep | more)
+
+
+def _split(fn: UOp, plan: _Plan) -> Schedule:
+    """One kernel split of `fn`, realizing plan.keep besides what the split itself finds it must realize."""
     body = fn.src[0]
     params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg[0])
     nparams = max(len(fn.src) - 1, max((p.arg[0] for p in params), default=-1) + 1)
@@ -310,7 +427,7 @@ def rangeify(fn: UOp) -> Schedule:
     for p in params:
         buffers[p.arg[0]] = BufferSpec(p.dtype, p.size, "input", p.arg[0])
         schedule.realized[p] = p.arg[0]
-    pending = _must_realize(body) + [o for o in body.src if o.op is not Ops.PARAM]
+    pending = _must_realize(body, plan) + [o for o in body.src if o.op is not Ops.PARAM]
     done: set[UOp] = set()
     while pending:
         u = pending.pop(0)
@@ -324,7 +441,7 @@ def rangeify(fn: UOp) -> Schedule:
                     continue
             done.add(u)
             continue
-        if u.op is Ops.RESHAPE and (u.src[0] in schedule.realized or u.src[0].op in _ALWAYS_REALIZED):
+        if u.op is Ops.RESHAPE and (u.src[0] in schedule.realized or u.src[0].op in _OWN_BUFFER):
             if u.src[0] not in schedule.realized:  # a reshape of a buffer is the same buffer: realize the base
                 pending[:0] = [u.src[0], u]
                 continue
@@ -335,7 +452,7 @@ def rangeify(fn: UOp) -> Schedule:
         buffers.append(BufferSpec(u.dtype, u.size, "intermediate"))
         schedule.realized[u] = buf_id
         try:
-            kernels = _kernel_for(u, buf_id, schedule)
+            kernels = _kernel_for(u, buf_id, schedule, plan)
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()

@@ -1,12 +1,16 @@
 """The kernel split: elementwise chains, reductions, movement ops and matmul fuse into one kernel; a value read at
-several indices is realized once. Every case's output is checked against the interp backend and numpy."""
+several indices is realized once; reductions fuse into the kernels that consume them when cheap (softmax, layernorm)
+and a value recomputed in several places gets a buffer. Every case's output is checked against the interp backend
+and numpy."""
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 import fnx
+import fnx.numpy as jnp
 from fnx import lax
 from fnx.lower.pipeline import callify, lower
-from fnx.lower.rangeify import rangeify
+from fnx.lower.rangeify import FUSED_ROW_BYTES, rangeify
 from fnx.uop import Ops
 
 
@@ -166,7 +170,7 @@ def test_softmax_realizes_only_its_reductions():
         return lax.div(e, s)
 
     kernels = kernels_of(softmax, x)
-    assert len(kernels) <= 3
+    assert len(kernels) == 1  # exp2 is one op: computing it in the sum's loop and again in the output loop is cheap
     assert sum(ops_in(k).count(Ops.REDUCE) for k in kernels) == 2
     e = np.exp2(x - x.max(axis=1, keepdims=True))
     check(softmax, x, want=e / e.sum(axis=1, keepdims=True))
@@ -182,3 +186,164 @@ def test_several_outputs_share_inputs():
     for g, w, ref in zip(got, want, (x + 1, x.sum(axis=1), x.T)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
         np.testing.assert_array_equal(np.asarray(g), ref)
+
+
+def schedule_of(f, *args):
+    return rangeify(callify(fnx.make_graph(f)(*args).fn))
+
+
+def softmax_by_hand(x):
+    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_numpy(x):
+    e = np.exp(x.astype(np.float64) - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x, g, b):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * g + b
+
+
+def layernorm_numpy(x, g, b):
+    centered = x.astype(np.float64) - x.mean(axis=-1, keepdims=True)
+    return centered / np.sqrt((centered ** 2).mean(axis=-1, keepdims=True) + 1e-5) * g + b
+
+
+@pytest.mark.parametrize("softmax", [fnx.nn.softmax, softmax_by_hand])
+def test_softmax_over_rows_fuses_its_reductions(softmax):
+    x = np.zeros((4096, 4096), np.float32)
+    kernels = schedule_of(softmax, x).kernels
+    assert len(kernels) <= 2
+    assert all([r.arg[1] for r in k.ranges] == [4096, 4096] for k in kernels)  # no kernel of its own for a reduction
+    assert sum(k.bytes for k in kernels) <= 4 * x.nbytes  # x and e written and read once at most
+
+
+@pytest.mark.parametrize("softmax", [fnx.nn.softmax, softmax_by_hand])
+def test_fused_softmax_matches_numpy(device, softmax):
+    x = np.random.default_rng(4).standard_normal((37, 70)).astype(np.float32) * 4
+    np.testing.assert_allclose(np.asarray(fnx.jit(softmax)(x)), softmax_numpy(x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (512, 768)])
+def test_layernorm_over_rows_is_at_most_two_kernels(shape):
+    x, g = np.zeros(shape, np.float32), np.ones(shape[-1], np.float32)
+    kernels = schedule_of(layernorm, x, g, g).kernels
+    assert len(kernels) <= 2
+    assert sum(ops_in(k).count(Ops.REDUCE) for k in kernels) == 2
+
+
+def test_fused_layernorm_matches_numpy(device):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((19, 130)) * 3 + 1).astype(np.float32)
+    g, b = rng.standard_normal(130).astype(np.float32), rng.standard_normal(130).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(fnx.jit(layernorm)(x, g, b)), layernorm_numpy(x, g, b), rtol=1e-4, atol=1e-5)
+
+
+@given(st.tuples(dims, dims), st.sampled_from([0, 1]))
+def test_reduce_feeding_a_reduce_fuses(shape, axis):
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    f = lambda x: x.var(axis=axis)  # noqa: E731
+    kernels = kernels_of(f, x)
+    assert len(kernels) == 1
+    check(f, x, want=x.astype(np.float64).var(axis=axis))
+
+
+def test_matmul_keeps_its_own_kernel():
+    """A matmul-like reduction is left whole to the optimizer, even when its consumer could take it in."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((12, 9)).astype(np.float32), rng.standard_normal((9, 14)).astype(np.float32)
+    bias = rng.standard_normal(14).astype(np.float32)
+    relu = lambda a, b, bias: jnp.maximum(a @ b + bias, 0.0)  # noqa: E731
+    kernels = kernels_of(relu, a, b, bias)
+    assert len(kernels) == 2 and ops_in(kernels[1]).count(Ops.REDUCE) == 0
+    check(relu, a, b, bias, want=np.maximum(a.astype(np.float64) @ b + bias, 0))
+    f = lambda a, b: jnp.maximum(a @ b, 0.0) + (a @ b).sum(axis=1, keepdims=True)  # noqa: E731
+    kernels = kernels_of(f, a, b)
+    assert len(kernels) == 2
+    assert [ops_in(k).count(Ops.REDUCE) for k in kernels] == [1, 1]  # the matmul, then the row sum in the output
+    ab = a.astype(np.float64) @ b
+    check(f, a, b, want=np.maximum(ab, 0) + ab.sum(axis=1, keepdims=True))
+
+
+def test_reduce_that_varies_along_an_inner_loop_keeps_its_kernel():
+    """x - x.mean(axis=0): fused, the column mean would be recomputed for every row."""
+    x = np.random.default_rng(8).standard_normal((64, 48)).astype(np.float32)
+    f = lambda x: x - x.mean(axis=0)  # noqa: E731
+    kernels = kernels_of(f, x)
+    assert len(kernels) == 2
+    assert sum(k.flops for k in kernels) < 8 * x.size  # fused, the mean's sum alone would be 64 * x.size
+    check(f, x, want=x - x.astype(np.float64).mean(axis=0))
+
+
+def test_reduce_over_a_row_larger_than_cache_keeps_its_kernel():
+    f = lambda x: x - x.max(axis=-1, keepdims=True)  # noqa: E731
+    assert len(schedule_of(f, np.zeros((2, FUSED_ROW_BYTES // 4), np.float32)).kernels) == 1
+    assert len(schedule_of(f, np.zeros((2, FUSED_ROW_BYTES // 4 + 1), np.float32)).kernels) == 2
+
+
+def test_reduce_read_at_two_places_is_computed_once():
+    x = np.random.default_rng(9).standard_normal((10, 6)).astype(np.float32)
+    f = lambda x: x.sum(1, keepdims=True)[1:] + x.sum(1, keepdims=True)[:-1]  # noqa: E731
+    kernels = kernels_of(f, x)
+    assert sum(ops_in(k).count(Ops.REDUCE) for k in kernels) == 1
+    s = x.astype(np.float64).sum(1, keepdims=True)
+    check(f, x, want=s[1:] + s[:-1])
+
+
+def test_reduce_needed_by_two_kernels_gets_a_buffer():
+    x = np.random.default_rng(10).standard_normal((10, 6)).astype(np.float32)
+    f = lambda x: (x - x.max(-1, keepdims=True), lax.exp2(x) - x.max(-1, keepdims=True))  # noqa: E731
+    kernels = schedule_of(f, x).kernels
+    assert len(kernels) == 3 and sum(ops_in(k).count(Ops.REDUCE) for k in kernels) == 1
+    with fnx.default_device("cpu"):
+        got = fnx.jit(f)(x)
+    np.testing.assert_allclose(np.asarray(got[0]), x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(got[1]), np.exp2(x) - x.max(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_expensive_value_used_by_two_kernels_is_computed_once():
+    x = np.random.default_rng(11).standard_normal((10, 6)).astype(np.float32)
+    f = lambda x: (jnp.exp(x).sum(axis=0), jnp.exp(x).sum(axis=1))  # noqa: E731
+    kernels = schedule_of(f, x).kernels
+    assert len(kernels) == 3
+    assert sum(Ops.BITCAST in ops_in(k) for k in kernels) == 1  # exp's polynomial is built with bitcasts
+    with fnx.default_device("cpu"):
+        got = fnx.jit(f)(x)
+    np.testing.assert_allclose(np.asarray(got[0]), np.exp(x.astype(np.float64)).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), np.exp(x.astype(np.float64)).sum(1), rtol=1e-5)
+
+
+def normalizations(steps: int):
+    def f(x):
+        for _ in range(steps):
+            x = x - x.mean(axis=-1, keepdims=True)
+            x = x / (jnp.sqrt((x * x).mean(axis=-1, keepdims=True)) + 1.0)
+        return x
+    return f
+
+
+def normalizations_numpy(x, steps: int):
+    x = x.astype(np.float64)
+    for _ in range(steps):
+        x = x - x.mean(axis=-1, keepdims=True)
+        x = x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + 1.0)
+    return x
+
+
+def test_chain_of_normalizations_costs_linear_flops():
+    """Each step fuses its two reductions; earlier steps are not recomputed in later kernels (once quadratic)."""
+    x = np.zeros((64, 32), np.float32)
+    flops = [sum(k.flops for k in schedule_of(normalizations(n), x).kernels) for n in (8, 12, 16, 20, 24)]
+    increments = np.diff(flops)
+    assert increments.max() <= 1.25 * increments.min(), flops
+    assert len(schedule_of(normalizations(24), x).kernels) <= 2 * 24
+
+
+def test_chain_of_normalizations_matches_numpy(device):
+    x = np.random.default_rng(12).standard_normal((16, 24)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(fnx.jit(normalizations(7))(x)), normalizations_numpy(x, 7),
+                               rtol=1e-4, atol=1e-5)

@@ -7,7 +7,7 @@ import fnx.numpy as jnp
 from fnx import nn, optim
 
 # kernels in the compiled step (forward, backward and the SGD update of a 2-layer MLP); change it on purpose only
-MLP_STEP_KERNELS = 27
+MLP_STEP_KERNELS = 15
 
 
 def _loss(p, x, onehot):
