@@ -6,10 +6,10 @@ out-of-range amounts are defined (x/0 = -1, x%0 = x, oversized shifts give 0 or 
 traps or reads poison. A kernel is `void @name(ptr %buf0, ..., i64 %start, i64 %end)`; [start, end) bounds its
 thread-split loop.
 
-Vector lanes: when the optimizer made a range the kernel's `lanes`, every value that depends on it is an LLVM
-vector `<W x T>` (scalars that meet vectors are splatted). A LOAD/STORE whose arg is W reads/writes W consecutive
-elements from its index (one vector instruction); other vector addresses become gathers/scatters; a gate that
-varies across lanes becomes the mask of a masked load/store. A REDUCE over the lane range keeps a vector
+Vector lanes: when the optimizer made ranges the kernel's `lanes`, every value that depends on one is an LLVM
+vector `<W x T>` (scalars that meet vectors are splatted). A LOAD/STORE whose arg is a lane range reads/writes W
+consecutive elements from its index (one vector instruction); other vector addresses become gathers/scatters; a gate
+that varies across lanes becomes the mask of a masked load/store. A REDUCE over the lane range keeps a vector
 accumulator and finishes with a horizontal reduction.
 """
 from __future__ import annotations
@@ -65,10 +65,10 @@ class Renderer:
         self.block = "entry"
         self.loops: dict[UOp, tuple] = {}
         self.acc: dict[UOp, str] = {}
-        self.lanes = kernel.lanes
-        self.W = kernel.lanes.arg[1] if kernel.lanes is not None else 0
-        deps = range_deps(kernel.sink, kernel.lanes)
-        self.vec = {u: self.lanes is not None and self.lanes in d for u, d in deps.items()}
+        self.lanes = set(kernel.lanes)
+        self.W = kernel.lanes[0].arg[1] if kernel.lanes else 0
+        deps = range_deps(kernel.sink)
+        self.vec = {u: not self.lanes.isdisjoint(d) for u, d in deps.items()}
         self.w = 0   # the vector width of the node being rendered (0: scalar)
         self.splats: dict[tuple[str, str], str] = {}
 
@@ -120,7 +120,7 @@ class Renderer:
     def value(self, u: UOp) -> str:
         """u's register, as a vector when the node being rendered is one."""
         if u.op is Ops.CONST: return self.c(u.arg[0], u.dtype)
-        if u.op is Ops.RANGE and u is self.lanes:
+        if u.op is Ops.RANGE and u in self.lanes:
             return "<" + ", ".join(f"i64 {i}" for i in range(self.W)) + ">" if self.w else "0"
         name = self.names[u]
         return self.splat(name, reg_type(u.dtype)) if self.w and not self.vec.get(u) else name
@@ -196,7 +196,7 @@ class Renderer:
     def finish_reduce(self, red: UOp) -> str:
         """The REDUCE's value: its accumulator, reduced across lanes when the lane range is one of its ranges."""
         acc = self.acc[red]
-        if not (self.vec.get(red.src[0]) and self.lanes in red.src[1:]): return acc
+        if not (self.vec.get(red.src[0]) and not self.lanes.isdisjoint(red.src[1:])): return acc
         d, op, s = red.dtype, red.arg[0], reg_type(red.dtype)
         self.w = self.W
         vt, suffix = self.vt(s), self.sfx(s)
@@ -213,7 +213,7 @@ class Renderer:
 
     # ---- nodes ----
     def line_node(self, u: UOp) -> None:
-        if u.op in (Ops.CONST, Ops.PARAM) or u is self.lanes: return
+        if u.op in (Ops.CONST, Ops.PARAM) or u in self.lanes: return
         if u.op is Ops.REDUCE: self.names[u] = self.finish_reduce(u)
         elif u.op is Ops.LOAD: self.names[u] = self.load(u)
         elif u.op is Ops.STORE: self.store(u)

@@ -6,7 +6,7 @@ of its reduce ranges (REDUCE.src[1:]); the nest is emitted at the level of the o
 (a row sum consumed by every element of the row is computed once per row, before the element loop opens).
 REDUCEs at the same level over the same ranges share one loop nest (register blocking: several accumulators
 updated in one loop). An accumulator is set up before its loops open, updated in the innermost one, and read
-after they close. The vector-lane range (`kernel.lanes`) is not a loop: nodes that depend on it are vectors.
+after they close. Vector-lane ranges (`kernel.lanes`) are not loops: nodes that depend on one are vectors.
 """
 from __future__ import annotations
 
@@ -17,22 +17,22 @@ from fnx.uop import Ops, UOp
 Linear = list[tuple[str, UOp]]
 
 
-def range_deps(sink: UOp, lanes: UOp | None = None) -> dict[UOp, frozenset]:
+def range_deps(sink: UOp) -> dict[UOp, frozenset]:
     """The RANGEs each node's value depends on (a REDUCE's value does not depend on its own reduce ranges; a
-    LOAD/STORE of consecutive lanes, arg W, depends on the lane range)."""
+    LOAD/STORE of consecutive lanes depends on the lane range in its arg)."""
     deps: dict[UOp, frozenset] = {}
     for u in sink.toposort:
         if u.op is Ops.RANGE: deps[u] = frozenset((u,))
         elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]] - set(u.src[1:])
         else: deps[u] = frozenset().union(*(deps[s] for s in u.src))
-        if u.op in (Ops.LOAD, Ops.STORE) and u.arg is not None and lanes is not None: deps[u] = deps[u] | {lanes}
+        if u.op in (Ops.LOAD, Ops.STORE) and u.arg is not None: deps[u] = deps[u] | {u.arg}
     return deps
 
 
 def linearize(kernel: Kernel) -> Linear:
     order = [u for u in kernel.sink.toposort if u.op not in (Ops.SINK, Ops.RANGE)]
-    deps = range_deps(kernel.sink, kernel.lanes)
-    lanes = {kernel.lanes} if kernel.lanes is not None else set()
+    deps = range_deps(kernel.sink)
+    lanes = set(kernel.lanes)
     lines: Linear = []
     emitted: set[UOp] = set()
 

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, replace
 
 from fnx import dtypes
+from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.uop import Ops, UOp
@@ -137,7 +138,7 @@ def _store_buffers_read(k: Kernel) -> bool:
 
 def _accumulate(k: Kernel, r: UOp) -> Kernel:
     """Reduce loop r becomes the outermost (sequential) loop; each store adds its partial reduction to the output."""
-    if r not in k.reduce_ranges or k.thread_range >= 0 or k.init or k.lanes is not None:
+    if r not in k.reduce_ranges or k.thread_range >= 0 or k.init or k.lanes:
         raise OptError("ACCUMULATE: needs a reduce loop, before THREAD/VECTORIZE")
     stores = []
     for st in k.sink.src:
@@ -180,11 +181,14 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     most = 2 * r.arg[1] - 1 if opt.op == "VECTORIZE" else r.arg[1]  # lanes may overhang the loop (masked)
     if amount < 2 or amount > most: raise OptError(f"{opt}: amount must be in [2, {most}]")
     if opt.op == "VECTORIZE":
-        if k.lanes is not None: raise OptError(f"{opt}: the kernel already has vector lanes")
+        if k.lanes and k.lanes[0].arg[1] != amount:
+            raise OptError(f"{opt}: the kernel's lanes are {k.lanes[0].arg[1]} wide")
         if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
         k, _, inner = _split(k, r, amount)
+        if k.lanes and any(len(d & {inner, *k.lanes}) > 1 for d in range_deps(k.sink).values()):
+            raise OptError(f"{opt}: a value would vary along two lane ranges")
         k = replace(k, ranges=[x for x in k.ranges if x is not inner],
-                    reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=inner)
+                    reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=k.lanes + (inner,))
     elif opt.op == "SPLIT":
         if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
         k, _, _ = _split(k, r, amount)
@@ -202,17 +206,18 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
 
 def devectorize(k: Kernel) -> Kernel:
     """Loads and stores whose index moves one element per lane become vector accesses (arg = lane count)."""
-    if k.lanes is None: return k
-    lanes, w = k.lanes, k.lanes.arg[1]
+    if not k.lanes: return k
 
     def fn(u: UOp, src: tuple) -> UOp:
         out = _same(u, src)
         if u.op not in (Ops.LOAD, Ops.STORE) or u.arg is not None: return out
         parts, const = terms(out.src[1])
-        if sum(c for t, c in parts if t is lanes) != 1: return out
-        rest = [(t, c) for t, c in parts if t is not lanes]
-        if any(lanes in t.toposort for t, _ in rest): return out
-        return UOp(u.op, u.dtype, (out.src[0], simplify_kernel(build(INDEX, rest, const)), *out.src[2:]), w)
+        for lanes in k.lanes:
+            if sum(c for t, c in parts if t is lanes) != 1: continue
+            rest = [(t, c) for t, c in parts if t is not lanes]
+            if any(lane in t.toposort for t, _ in rest for lane in k.lanes): continue
+            return UOp(u.op, u.dtype, (out.src[0], simplify_kernel(build(INDEX, rest, const)), *out.src[2:]), lanes)
+        return out
     return replace(k, sink=_rebuild(k.sink, fn))
 
 
@@ -275,6 +280,12 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
                 if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
         elif load_unit_red and red.arg[1] >= w:
             opts.append(Opt("VECTORIZE", len(k.ranges), w))
+            if store_unit and inner.arg[1] >= w:  # a row reduction consumed by the row's elements (softmax)
+                try:
+                    apply_opt(apply_opt(k, opts[-1]), Opt("VECTORIZE", len(k.ranges) - 1, w))
+                    opts.append(Opt("VECTORIZE", len(k.ranges) - 1, w))
+                except OptError:
+                    pass
         elif store_unit and inner.arg[1] >= 4:
             opts.append(Opt("VECTORIZE", len(k.ranges) - 1, min(w, inner.arg[1])))
     elif red is None and store_unit and inner.arg[1] >= 4:

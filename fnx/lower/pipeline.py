@@ -79,7 +79,7 @@ class Lowering:
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
                     f"{[r.arg[1] for r in kernel.ranges]} reduce {[r.arg[1] for r in kernel.reduce_ranges]}")
             if stage == "optimize":
-                lanes = f", vector lanes {kernel.lanes.arg[1]}" if kernel.lanes is not None else ""
+                lanes = f", vector lanes {kernel.lanes[0].arg[1]} x{len(kernel.lanes)}" if kernel.lanes else ""
                 head += f", actions {list(kernel.opts)}{lanes}, thread-split loop {kernel.thread_range}"
             parts.append(f"{head}\n{format_linear(lines)}" if stage == "linearize" else head)
         return "\n".join(parts)
