@@ -70,7 +70,6 @@ class Renderer:
         deps = range_deps(kernel.sink)
         self.vec = {u: not self.lanes.isdisjoint(d) for u, d in deps.items()}
         self.w = 0   # the vector width of the node being rendered (0: scalar)
-        self.splats: dict[tuple[str, str], str] = {}
 
     def tmp(self) -> str:
         self.counter += 1
@@ -109,12 +108,10 @@ class Renderer:
     def splat(self, value: str, scalar: str) -> str:
         """A scalar register broadcast to a vector of the current width."""
         if not value.startswith("%"): return f"splat ({scalar} {value})"
-        key = (value, f"{self.w}{scalar}")
-        if key not in self.splats:  # splats are hoisted by LLVM; this only avoids repeating the text
-            one = self.emit(f"insertelement <{self.w} x {scalar}> poison, {scalar} {value}, i64 0")
-            self.splats[key] = self.emit(f"shufflevector <{self.w} x {scalar}> {one}, <{self.w} x {scalar}> poison, "
-                                         f"<{self.w} x i32> zeroinitializer")
-        return self.splats[key]
+        # emitted at each use (a cached one may sit in a block that does not dominate this one); LLVM merges them
+        one = self.emit(f"insertelement <{self.w} x {scalar}> poison, {scalar} {value}, i64 0")
+        return self.emit(f"shufflevector <{self.w} x {scalar}> {one}, <{self.w} x {scalar}> poison, "
+                         f"<{self.w} x i32> zeroinitializer")
 
     # ---- values ----
     def value(self, u: UOp) -> str:

@@ -260,36 +260,39 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
     red = k.reduce_ranges[-1] if k.reduce_ranges else None
     loads = _loads(k)
     thread_axis = 0
-    if red is not None and len(k.reduce_ranges) == 1 and len(stores) == 1:
-        load_unit_red = any(_stride(ld.src[1], red) == 1 for ld in loads)
-        matmul = store_unit and any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], red) not in (0, 1)
-                                    for ld in loads)
-        if matmul and inner.arg[1] >= 8:
-            n_out = len(k.ranges)
-            slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
-            kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
-            if slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE:
-                opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
-                n_out += 1
-                thread_axis = 1
-            if inner.arg[1] % (2 * w) == 0: w *= 2
-            elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
-            opts.append(Opt("VECTORIZE", n_out - 1, w))
-            if n_out - thread_axis >= 2:
-                up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)
-                if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
-        elif load_unit_red and red.arg[1] >= w:
-            opts.append(Opt("VECTORIZE", len(k.ranges), w))
-            if store_unit and inner.arg[1] >= w:  # a row reduction consumed by the row's elements (softmax)
-                try:
-                    apply_opt(apply_opt(k, opts[-1]), Opt("VECTORIZE", len(k.ranges) - 1, w))
-                    opts.append(Opt("VECTORIZE", len(k.ranges) - 1, w))
-                except OptError:
-                    pass
-        elif store_unit and inner.arg[1] >= 4:
-            opts.append(Opt("VECTORIZE", len(k.ranges) - 1, min(w, inner.arg[1])))
-    elif red is None and store_unit and inner.arg[1] >= 4:
-        opts.append(Opt("VECTORIZE", len(k.ranges) - 1, min(w, inner.arg[1])))
+    matmul = (red is not None and len(k.reduce_ranges) == 1 and len(stores) == 1 and store_unit
+              and any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], red) not in (0, 1) for ld in loads))
+    if matmul and inner.arg[1] >= 8:
+        n_out = len(k.ranges)
+        slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
+        kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
+        if slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE:
+            opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
+            n_out += 1
+            thread_axis = 1
+        if inner.arg[1] % (2 * w) == 0: w *= 2
+        elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
+        opts.append(Opt("VECTORIZE", n_out - 1, w))
+        if n_out - thread_axis >= 2:
+            up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)
+            if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
+    else:
+        # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
+        # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
+        # layernorm: each reduction and the elementwise pass over the row are vectorized)
+        wanted = [len(k.ranges) + i for i, r in enumerate(k.reduce_ranges)
+                  if r.arg[1] >= w and any(_stride(ld.src[1], r) == 1 for ld in loads)]
+        if not wanted and red is not None and store_unit and inner.arg[1] >= w:
+            wanted = []  # a strided reduction: lanes along the output
+        if store_unit and inner.arg[1] >= 4: wanted.append(len(k.ranges) - 1)
+        if not any(a >= len(k.ranges) for a in wanted) and store_unit: w = min(w, inner.arg[1])
+        probe = k
+        for axis in wanted:
+            try:
+                probe = apply_opt(probe, Opt("VECTORIZE", axis, w))
+                opts.append(Opt("VECTORIZE", axis, w))
+            except OptError:
+                pass
     if threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
         probe = k
         for opt in opts: probe = apply_opt(probe, opt)
