@@ -246,6 +246,7 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 L2_BYTES = 1 << 20   # per core (Zen 5); a k-slab of matmul operands should stay in it
 ACC_K = 256          # the k-slab when accumulating in the output
+N_BLOCK = 8          # vector panels of B per column block (8 x 32 floats x 256 k = 256 KiB)
 
 
 def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
@@ -276,6 +277,11 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
         if n_out - thread_axis >= 2:
             up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)
             if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
+            panels = -(-inner.arg[1] // w)
+            if thread_axis and panels > N_BLOCK and panels % N_BLOCK == 0:
+                # column blocks: the k-slab of B for N_BLOCK panels stays in L2 while every row block walks it
+                opts += [Opt("SPLIT", n_out - 1, N_BLOCK), Opt("SWAP", n_out - 2, n_out - 1)]
+                thread_axis = n_out - 1
     else:
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
