@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,25 +55,49 @@ class Array:
     """An immutable n-dimensional array on a device (or a traced value under jit).
 
     Arrays support numpy-style operators, indexing, `.at[...]` updates and the reduction methods; see fnx.numpy.
+
+    A concrete array holds its device `Buffer`; its BUFFER UOp is only built when a graph needs it (`uop`), so
+    returning results from a jitted call makes no IR nodes. Its value may still be being computed (asynchronous
+    dispatch): reading it on the host (np.asarray, printing, float(), block_until_ready) waits.
     """
-    __slots__ = ("uop", "weak_type", "__weakref__")
+    __slots__ = ("_uop", "_buffer", "_shape", "_dtype", "weak_type", "__weakref__")
     __array_priority__ = 100
 
     def __init__(self, uop: UOp, weak_type: bool = False):
         self.uop, self.weak_type = uop, weak_type
 
-    shape = property(lambda self: self.uop.shape)
-    dtype = property(lambda self: self.uop.dtype.np)
-    ndim = property(lambda self: len(self.uop.shape))
-    size = property(lambda self: self.uop.size)
+    @classmethod
+    def from_buffer(cls, buffer: Buffer, shape: tuple[int, ...], weak_type: bool = False) -> Array:
+        """A concrete array of `shape` over `buffer` (no UOp is built until one is needed)."""
+        array = object.__new__(cls)
+        array._uop, array._buffer, array._shape = None, buffer, shape
+        array._dtype, array.weak_type = buffer.dtype, weak_type
+        return array
+
+    @property
+    def uop(self) -> UOp:
+        """The array's graph: a BUFFER for a concrete array, a lazy graph over PARAMs under a trace."""
+        if self._uop is None: self._uop = UOp(Ops.BUFFER, self._dtype, (), (self._buffer, self._shape))
+        return self._uop
+
+    @uop.setter
+    def uop(self, uop: UOp) -> None:
+        self._uop, self._shape, self._dtype = uop, uop.shape, uop.dtype
+        self._buffer = uop.arg[0] if uop.op is Ops.BUFFER else None
+
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype.np)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: math.prod(self._shape))
 
     @property
     def aval(self) -> tuple[tuple[int, ...], DType, bool]:
-        return (self.uop.shape, self.uop.dtype, self.weak_type)
+        return (self._shape, self._dtype, self.weak_type)
 
     @property
     def device(self) -> Any:
-        return importlib.import_module("fnx.devices").device_object(self.uop.device or state.default_device)
+        device = self._buffer.device if self._buffer is not None else self.uop.device
+        return importlib.import_module("fnx.devices").device_object(device or state.default_device)
 
     @property
     def sharding(self) -> Any:
@@ -80,17 +105,23 @@ class Array:
 
     @property
     def is_concrete(self) -> bool:
-        return self.uop.op is Ops.BUFFER
+        return self._buffer is not None
 
     def block_until_ready(self) -> Array:
+        """Wait until the value is computed (raises the error of the call that computes it, if it failed)."""
+        if self._buffer is not None: self._buffer.wait()
         return self
+
+    def is_deleted(self) -> bool:
+        """True once the array was donated to a jitted call (donate_argnums) that reused its memory."""
+        return self._buffer is not None and self._buffer.is_deleted
 
     def _value(self) -> np.ndarray:
         """The value as a numpy array (runs pending work; raises ConcretizationError under a trace)."""
-        if self.uop.op is not Ops.BUFFER:
+        if self._buffer is None:
             if state.tracing:
                 raise ConcretizationError(at_user_line(
-                    f"a traced value of shape {self.shape} and dtype {self.uop.dtype} was used where a concrete "
+                    f"a traced value of shape {self.shape} and dtype {self._dtype} was used where a concrete "
                     "value is needed (bool(), int(), float(), np.asarray, or a Python `if`). Under jit, use "
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
                     "with static_argnums"))
@@ -98,9 +129,7 @@ class Array:
                 from fnx.rewrite import substitute
                 return np.asarray(Array(realize([substitute(self.uop, state.bindings)])[0]).__array__())
             self.uop = realize([self.uop])[0]
-        view = self.uop.arg[0].numpy(self.uop.shape).view()
-        view.flags.writeable = False  # arrays are immutable: numpy sees a read-only view
-        return view
+        return self._buffer.numpy(self._shape)  # read-only, as every buffer's host array: arrays are immutable
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         value = self._value()
@@ -114,8 +143,8 @@ class Array:
     def __complex__(self) -> complex: return complex(self._scalar_value("complex"))
 
     def __index__(self) -> int:
-        if not self.uop.dtype.is_int and not self.uop.dtype.is_bool:
-            raise TypeError(at_user_line(f"only integer arrays can be used as an index, got {self.uop.dtype}"))
+        if not self._dtype.is_int and not self._dtype.is_bool:
+            raise TypeError(at_user_line(f"only integer arrays can be used as an index, got {self._dtype}"))
         return int(self._scalar_value("index"))
 
     def _scalar_value(self, what: str) -> Any:
@@ -136,15 +165,15 @@ class Array:
     __hash__ = None  # arrays are not hashable, as in numpy and JAX
 
     def __repr__(self) -> str:
-        if self.uop.op is not Ops.BUFFER and state.tracing:
-            return f"Traced<{self.uop.dtype}{list(self.shape)}>"
+        if self._buffer is None and state.tracing:
+            return f"Traced<{self._dtype}{list(self.shape)}>"
         value = self._value()
         body = np.array2string(value, separator=", ", prefix="Array(")
-        default = self.uop.dtype in (dtypes.float32, dtypes.int32, dtypes.bool_)
-        return f"Array({body}{'' if default else f', dtype={self.uop.dtype}'})"
+        default = self._dtype in (dtypes.float32, dtypes.int32, dtypes.bool_)
+        return f"Array({body}{'' if default else f', dtype={self._dtype}'})"
 
     def __str__(self) -> str:
-        return str(self._value()) if self.uop.op is Ops.BUFFER or not state.tracing else repr(self)
+        return str(self._value()) if self._buffer is not None or not state.tracing else repr(self)
 
     def __dlpack__(self, *args, **kwargs):
         return self._value().__dlpack__(*args, **kwargs)
@@ -199,7 +228,7 @@ def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:
 
 def _realize_tree(tree: Any) -> Any:
     leaves, treedef = tree_util.tree_flatten(tree)
-    lazy = [x for x in leaves if isinstance(x, Array) and x.uop.op is not Ops.BUFFER]
+    lazy = [x for x in leaves if isinstance(x, Array) and x._buffer is None]
     if lazy:
         for a, u in zip(lazy, realize([a.uop for a in lazy])):
             a.uop = u

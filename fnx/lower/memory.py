@@ -1,16 +1,21 @@
-"""memory plan: intermediate buffers whose lifetimes do not overlap share one allocation.
+"""memory plan: intermediate buffers whose lifetimes do not overlap share one allocation; donated inputs become
+outputs.
 
 A buffer lives from the first step that uses it (the kernel that writes it) to the last step that reads it.
 Steps run in order, so two buffers can share memory when one's last use comes strictly before the other's
 first. Greedy first-fit over buffers in order of first use, reusing the smallest free slot that is large
 enough. Inputs and outputs are never planned (the caller owns them), nor are a control step's outputs (they
 are produced by the loop itself).
+
+Donation (`jit(..., donate_argnums=...)`) hands an input's memory to the call: `donation_aliases` says which
+outputs may be written into which donated inputs (see its docstring for the rule).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fnx.lower.rangeify import ControlStep, Schedule
+from fnx.lower.rangeify import ControlStep, Kernel, Schedule
+from fnx.uop import Ops
 
 
 @dataclass
@@ -18,14 +23,26 @@ class MemoryPlan:
     slot_of: dict[int, int]     # schedule buffer id -> slot
     slot_bytes: list[int]       # size of each slot
     unplanned_bytes: int        # what the planned buffers would take one allocation each
+    input_bytes: int = 0        # the arguments (owned by the caller)
+    output_bytes: int = 0       # the results (allocated per call, owned by the caller afterwards)
+    loop_bytes: int = 0         # outputs of control steps (allocated by the host loop)
 
     @property
     def planned_bytes(self) -> int:
         return sum(self.slot_bytes)
 
+    @property
+    def peak_bytes(self) -> int:
+        """Memory a call holds at once: its inputs, its outputs, every slot and every loop output."""
+        return self.input_bytes + self.output_bytes + self.planned_bytes + self.loop_bytes
+
 
 def _uses(step) -> list[int]:
     return step.inputs + step.outputs if isinstance(step, ControlStep) else list(step.args)
+
+
+def _nbytes(schedule: Schedule, b: int) -> int:
+    return schedule.buffers[b].size * schedule.buffers[b].dtype.itemsize
 
 
 def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
@@ -43,7 +60,7 @@ def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
     slot_bytes: list[int] = []
     slot_free_after: list[int] = []   # the last step that uses the slot's current buffer
     for b in planned:
-        need = schedule.buffers[b].size * schedule.buffers[b].dtype.itemsize
+        need = _nbytes(schedule, b)
         free = [s for s in range(len(slot_bytes)) if slot_free_after[s] < first[b] and slot_bytes[s] >= need]
         if free:
             slot = min(free, key=lambda s: slot_bytes[s])
@@ -53,5 +70,69 @@ def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
             slot_free_after.append(-1)
         slot_of[b] = slot
         slot_free_after[slot] = last[b]
-    unplanned = sum(schedule.buffers[b].size * schedule.buffers[b].dtype.itemsize for b in planned)
-    return MemoryPlan(slot_of, slot_bytes, unplanned)
+    unplanned = sum(_nbytes(schedule, b) for b in planned)
+    kind_bytes = lambda kind: sum(_nbytes(schedule, b) for b, s in enumerate(schedule.buffers)  # noqa: E731
+                                  if s.kind == kind and b not in produced_by_loops)
+    return MemoryPlan(slot_of, slot_bytes, unplanned, kind_bytes("input"), kind_bytes("output"),
+                      sum(_nbytes(schedule, b) for b in produced_by_loops))
+
+
+def _accesses(kernel: Kernel, op: Ops) -> list:
+    """(schedule buffer id, access UOp) of every LOAD or STORE in the kernel."""
+    return [(kernel.args[u.src[0].arg[0]], u) for u in kernel.sink.toposort if u.op is op]
+
+
+def _reads(step) -> set[int]:
+    return set(step.inputs) if isinstance(step, ControlStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
+
+
+def _writes(step) -> set[int]:
+    return set(step.outputs) if isinstance(step, ControlStep) else {b for b, _ in _accesses(step, Ops.STORE)}
+
+
+def _in_place(step, donated: int, out: int) -> bool:
+    """Whether `step`, which writes `out` first, computes the same thing when `out` is `donated`'s memory.
+
+    True when the step does not read `donated`, or when it is a kernel with one ungated STORE to `out`, no LOAD
+    of `out`, and every LOAD of `donated` feeds that STORE's value and uses its very index (UOps are
+    hash-consed: same index, same object). Then each iteration reads donated[i] before writing out[i] (the
+    value depends on the read), and different iterations, including those of other threads, touch different
+    elements, so no read ever sees a write.
+    """
+    if donated not in _reads(step): return True
+    if isinstance(step, ControlStep): return False
+    stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
+    if len(stores) != 1 or len(stores[0].src) != 3 or out in _reads(step): return False
+    index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)
+    return all(u.src[1] is index and u in feeding for b, u in _accesses(step, Ops.LOAD) if b == donated)
+
+
+def donation_aliases(schedule: Schedule, steps: list, donated: tuple[int, ...]) -> dict[int, int]:
+    """Outputs that may be written into donated inputs: {output buffer id: input buffer id}.
+
+    Input `p` can hold output `o` when they have the same dtype and size, `p` is not itself returned, `o` is
+    written by a kernel (not a host loop), and writing `o` into `p`'s memory cannot change what any step reads:
+    no step after the one that first writes `o` reads `p`, and that step reads `p` only in place (`_in_place`:
+    element i of `p` read for element i of `o` only). Each donated input holds at most one output, matched in
+    output order.
+    """
+    first_write: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for b in _writes(step): first_write.setdefault(b, i)
+        for b in _reads(step): last_read[b] = i
+    loop_outputs = {b for s in steps if isinstance(s, ControlStep) for b in s.outputs}
+    aliases: dict[int, int] = {}
+    for p in donated:
+        spec = schedule.buffers[p]
+        if p in schedule.outputs: continue
+        for o in dict.fromkeys(schedule.outputs):
+            out = schedule.buffers[o]
+            if (out.kind != "output" or o in aliases or o in loop_outputs or o not in first_write
+                    or (out.dtype, out.size) != (spec.dtype, spec.size)):
+                continue
+            w = first_write[o]
+            if last_read.get(p, -1) <= w and _in_place(steps[w], p, o):
+                aliases[o] = p
+                break
+    return aliases

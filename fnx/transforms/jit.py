@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -26,21 +27,33 @@ def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
     """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values as the PARAM's
     dtype: Python scalars are weakly typed)."""
     if isinstance(x, Array):
-        if x.uop.op is not Ops.BUFFER:  # constants and pending work get a buffer once, kept by the Array
+        if x._buffer is None:  # constants and pending work get a buffer once, kept by the Array
             if x.uop.op is Ops.CONST:
-                buf = Buffer.from_numpy(device, np.full(x.shape, x.uop.arg[0], x.uop.dtype.np))
-                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (buf, x.shape))
+                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (Buffer.from_numpy(device, np.full(
+                    x.shape, x.uop.arg[0], x.uop.dtype.np)), x.shape))
             else:
                 x.uop = realize([x.uop])[0]
-        return x.uop.arg[0]
+        return x._buffer
     return Buffer.from_numpy(device, np.array(x, dtype=param.dtype.np, copy=True))  # the caller may mutate x
 
 
 @dataclass
 class Lowered:
-    """A traced and compiled function for one set of input avals: `.as_text(stage)`, `.compile()`."""
+    """A traced and compiled function for one set of input avals: `.as_text(stage)`, `.compile()`.
+
+    `donated` are the flat argument positions whose buffers the call may reuse for outputs (donate_argnums).
+    """
     traced: Traced
     executable: Executable
+    donated: tuple[int, ...] = ()
+
+    def __post_init__(self):  # what every call needs, worked out once
+        traced = self.traced
+        self.params = traced.fn.src[1:]
+        self.consts = [c.arg[0] for c in traced.consts]
+        self.out_avals = [(u.shape, weak) for u, weak in zip(traced.body.src, traced.out_weak)]
+        self.single_output = tree_util.treedef_is_leaf(traced.out_tree)
+        self.donating = self.donated if self.donated and self.executable.aliases(self.donated) else ()
 
     def as_text(self, stage: str | None = None) -> str:
         """The traced graph (stage 'graph'), or the executable's text for a lowering stage (None: all of them)."""
@@ -64,14 +77,31 @@ class Compiled:
         return self.lowered.as_text(stage)
 
 
-def _run(lowered: Lowered, leaves: list) -> Any:
+def _run(lowered: Lowered, leaves: Sequence) -> Any:
     device = state.default_device
-    traced = lowered.traced
-    inputs = [_as_buffer(x, device, p) for x, p in zip(leaves, traced.fn.src[1:])] + [c.arg[0] for c in traced.consts]
-    outs = lowered.executable(inputs)
-    arrays = [Array(UOp(Ops.BUFFER, u.dtype, (), (buf, u.shape)), weak)
-              for u, buf, weak in zip(traced.body.src, outs, traced.out_weak)]
-    return tree_util.tree_unflatten(traced.out_tree, arrays)
+    inputs = [x._buffer if type(x) is Array and x._buffer is not None else _as_buffer(x, device, p)
+              for x, p in zip(leaves, lowered.params)]
+    if lowered.consts: inputs += lowered.consts
+    if lowered.donating:
+        outs = lowered.executable(inputs, lowered.donating)
+    else:
+        outs = lowered.executable(inputs)
+    if lowered.single_output:
+        (shape, weak), = lowered.out_avals
+        return Array.from_buffer(outs[0], shape, weak)
+    arrays = [Array.from_buffer(buf, shape, weak) for buf, (shape, weak) in zip(outs, lowered.out_avals)]
+    return tree_util.tree_unflatten(lowered.traced.out_tree, arrays)
+
+
+def _donated_leaves(donate_argnums: tuple[int, ...], static: set[int], dynamic: tuple) -> tuple[int, ...]:
+    """Flat argument positions of the leaves of the donated positional arguments."""
+    positions, start = [], 0
+    dynamic_numbers = [i for i in range(len(dynamic) + len(static)) if i not in static]
+    for number, arg in zip(dynamic_numbers, dynamic):
+        count = tree_util.tree_structure(arg).num_leaves
+        if number in donate_argnums: positions.extend(range(start, start + count))
+        start += count
+    return tuple(positions)
 
 
 class Jitted:
@@ -85,6 +115,7 @@ class Jitted:
         self.static_argnames = tuple(static_argnames)
         params = list(self._signature.parameters) if self._signature is not None else []
         self._static_positions = {params.index(n) for n in self.static_argnames if n in params}
+        self._flat_ok = not self.static_argnums and not self.static_argnames
         self._cache: dict[Any, Lowered] = {}
         self._fast: dict[Any, Lowered] = {}
         functools.update_wrapper(self, fun)
@@ -120,15 +151,17 @@ class Jitted:
                 full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
                 return self.fun(*full, **kw, **static_kw)
             traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals))
-            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device))
+            donated = _donated_leaves(self.donate_argnums, set(self.static_argnums) | self._static_positions,
+                                      dynamic) if self.donate_argnums else ()
+            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device), donated)
+            if donated: _warn_unusable(lowered)
         return lowered, leaves
 
     def __call__(self, *args, **kwargs) -> Any:
         if state.depth:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
-        if not kwargs and not self.static_argnums and not self.static_argnames and all(type(a) is Array for a in args):
+        if not kwargs and self._flat_ok and (key := _flat_key(args)) is not None:
             # the common case, kept lean: flat positional arrays need no tree flattening
-            key = (tuple((a.uop.shape, a.uop.dtype, a.weak_type) for a in args), state.default_device)
             lowered = self._fast.get(key)
             if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
             return _run(lowered, args)
@@ -141,6 +174,27 @@ class Jitted:
     def trace_count(self) -> int:
         """How many distinct signatures were traced (for tests and debugging)."""
         return len(self._cache)
+
+
+def _flat_key(args: tuple) -> tuple | None:
+    """The cache key of a call whose arguments are all concrete or traced Arrays: the default device and each
+    argument's (shape, dtype, weak type); None when some argument is anything else."""
+    key = [state.default_device]
+    for a in args:
+        if type(a) is not Array: return None
+        key.append((a._shape, a._dtype, a.weak_type))
+    return tuple(key)
+
+
+def _warn_unusable(lowered: Lowered) -> None:
+    """JAX's warning when a donated argument cannot hold any output (it then stays valid)."""
+    used = set(lowered.executable.aliases(lowered.donated).values())
+    unusable = [p for p in lowered.donated if p not in used]
+    if unusable:
+        avals = ", ".join(f"{lowered.params[p].dtype}{list(lowered.params[p].shape)}" for p in unusable)
+        warnings.warn(f"Some donated buffers were not usable: {avals}. (The cpu backend writes an output of the "
+                      "same shape and dtype into a donated argument when no later step reads the argument.)",
+                      stacklevel=4)
 
 
 def _signature_or_none(fun: Callable) -> inspect.Signature | None:
@@ -159,7 +213,11 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
       fun: a function of arrays (pytrees of arrays) returning arrays.
       static_argnums / static_argnames: arguments treated as compile-time constants (must be hashable);
         a new value retraces.
-      donate_argnums: accepted for JAX compatibility (buffers are not reused yet).
+      donate_argnums: positional arguments whose buffers the call may reuse for its outputs, as in JAX: an output
+        of the same shape and dtype is written into a donated argument's memory when the computation provably
+        never reads an element after overwriting it (see fnx.lower.memory.donation_aliases), and when no numpy
+        view of it is alive. The donated Array is then deleted: using it raises RuntimeError. A donated argument
+        that can hold no output gets a warning at compile time and stays valid.
 
     Returns:
       A callable with `.lower(*args)` giving the traced and compiled form (`.as_text()`, `.compile()`).

@@ -76,3 +76,50 @@ def test_loop_outputs_are_not_planned():
     loop_outputs = {b for k, _ in lowering.kernels if isinstance(k, ControlStep) for b in k.outputs}
     assert loop_outputs and not loop_outputs & set(lowering.memory.slot_of)
     assert float(fnx.jit(f)(np.ones((5, 3), np.float32))) == 30.0
+
+
+def _mlp_step_lowering():
+    """The 784-512-10 MLP training step of bench W4 (batch 256): jit(value_and_grad) plus an SGD update."""
+    from fnx import nn, optim
+
+    def loss(p, x, onehot):
+        h = nn.relu(x @ p["w1"] + p["b1"])
+        return -jnp.mean(jnp.sum(nn.log_softmax(h @ p["w2"] + p["b2"]) * onehot, axis=-1))
+
+    def step(p, x, onehot):
+        value, grads = fnx.value_and_grad(loss)(p, x, onehot)
+        updates, _ = optim.sgd(0.1).update(grads, optim.sgd(0.1).init(p), p)
+        return optim.apply_updates(p, updates), value
+    rng = np.random.default_rng(2)
+    p = {"w1": rng.standard_normal((784, 512)).astype(np.float32), "b1": np.zeros(512, np.float32),
+         "w2": rng.standard_normal((512, 10)).astype(np.float32), "b2": np.zeros(10, np.float32)}
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    onehot = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    return _lowering(step, p, x, onehot), p, x
+
+
+def test_mlp_training_step_peak_is_bounded_by_its_live_tensors():
+    """Peak bytes of one call = inputs + outputs + the plan's slots. No plan can go below inputs + outputs + the
+    largest set of intermediates alive at one step (they need distinct memory); first-fit may waste at most
+    about one buffer's worth to fragmentation, so the plan must stay below that plus the largest intermediate.
+    Also below twice what the step's tensors take (parameters, gradients, activations), a budget any sane
+    schedule keeps."""
+    lowering, p, x = _mlp_step_lowering()
+    schedule, plan = lowering.schedule, lowering.memory
+    nbytes = [s.size * s.dtype.itemsize for s in schedule.buffers]
+    kind_bytes = {k: sum(n for n, s in zip(nbytes, schedule.buffers) if s.kind == k)
+                  for k in ("input", "output")}
+    span: dict[int, tuple[int, int]] = {}
+    for i, (step, _) in enumerate(lowering.kernels):
+        for b in (step.inputs + step.outputs if isinstance(step, ControlStep) else step.args):
+            span[b] = (span.get(b, (i, i))[0], i)
+    intermediates = [b for b, s in enumerate(schedule.buffers) if s.kind == "intermediate"]
+    live = [sum(nbytes[b] for b in intermediates if span[b][0] <= i <= span[b][1])
+            for i in range(len(lowering.kernels))]
+    floor = kind_bytes["input"] + kind_bytes["output"] + max(live)
+    assert plan.peak_bytes == kind_bytes["input"] + kind_bytes["output"] + sum(plan.slot_bytes)
+    assert floor <= plan.peak_bytes <= floor + max(nbytes[b] for b in intermediates)
+    params = sum(v.nbytes for v in p.values())
+    activations = x.nbytes + 2 * 256 * 512 * 4 + 3 * 256 * 10 * 4  # x, pre-activation and h, logits/softmax/grad
+    assert plan.peak_bytes < 2 * (params + params + activations)
+    _check_no_overlap(lowering)

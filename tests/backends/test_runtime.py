@@ -1,0 +1,331 @@
+"""The cpu runtime: host memory reused across calls (HostPool), donated arguments written in place, asynchronous
+dispatch on one ordered worker per device, and the checks the fast dispatch path must keep. Results are
+compared with numpy."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends.device import ALIGN, Buffer, HostPool
+from fnx.lower.memory import donation_aliases
+
+F32 = np.dtype(np.float32)
+
+
+def _executable(jitted, *args):
+    return jitted.lower(*args).executable
+
+
+def _queued(monkeypatch, jitted, *args):
+    """Make the executable behind `jitted(*args)` queue its calls even when small (async is for large work)."""
+    executable = _executable(jitted, *args)
+    monkeypatch.setattr(executable, "queue_when_idle", True)
+    return executable
+
+
+# ---- the pool ----
+
+def test_pool_hands_a_block_back_only_when_nothing_sees_it():
+    pool = HostPool()
+    host, address = pool.array(F32, 1000)
+    assert address % ALIGN == 0 and not host.flags.writeable
+    del host
+    again, same = pool.array(F32, 1000)
+    assert same == address  # free: reused
+    view = again.reshape(10, 100)  # a user's view of an output keeps the block busy
+    del again
+    other, elsewhere = pool.array(F32, 1000)
+    assert elsewhere != address
+    del view
+    assert pool.array(F32, 1000)[1] in (address, elsewhere)
+
+
+def test_pool_is_bounded():
+    pool = HostPool(per_size=2, max_bytes=4 * 4000)
+    held = [pool.array(F32, 1000) for _ in range(5)]  # 5 in use at once: only 2 of this size are kept
+    assert len(pool.blocks[4000]) == 2 and pool.kept_bytes == 8000
+    held += [pool.array(F32, 500 + i) for i in range(4)]  # other sizes until the byte cap
+    assert pool.kept_bytes <= pool.max_bytes
+    del held
+    gc.collect()
+    assert pool.in_use() == 0
+    pool.array(F32, 3000)  # a new size evicts free blocks instead of growing past the cap
+    assert pool.kept_bytes <= pool.max_bytes
+
+
+def test_outputs_reuse_memory_across_calls_but_never_memory_a_user_holds():
+    f = fnx.jit(lambda x: x * 1.5 + 0.1)
+    x_np = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+    x = jnp.asarray(x_np)
+    first = f(x)._buffer.ptr
+    assert f(x)._buffer.ptr == first  # the previous result was dropped: its block comes back
+    held = [np.asarray(f(x * float(i))) for i in range(6)]  # views keep their blocks from being reused
+    assert len({h.ctypes.data for h in held}) == len(held)
+    for i, h in enumerate(held):
+        np.testing.assert_allclose(h, x_np * float(i) * 1.5 + 0.1, rtol=1e-6)
+
+
+def test_intermediates_go_back_to_the_pool_after_the_call():
+    def chain(x):
+        for _ in range(4):
+            x = x - x.mean(axis=-1, keepdims=True)
+            x = x / (jnp.sqrt((x * x).mean(axis=-1, keepdims=True)) + 1.0)
+        return x
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    f = fnx.jit(chain)
+    executable = _executable(f, x)
+    assert executable.slot_bytes  # the memory plan has slots to take from the pool
+    before = executable.memory.in_use()
+    out = f(x)
+    assert executable.memory.in_use() == before + 1  # only the output stays in use
+    want = x.astype(np.float64)
+    for _ in range(4):
+        want = want - want.mean(-1, keepdims=True)
+        want = want / (np.sqrt((want * want).mean(-1, keepdims=True)) + 1.0)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=1e-5)
+
+
+# ---- donation ----
+
+def _sgd_momentum(params, velocity, grads):
+    velocity = {k: 0.9 * velocity[k] + grads[k] for k in params}
+    return {k: params[k] - 0.1 * velocity[k] for k in params}, velocity
+
+
+def _tree(seed):
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((64, 32)).astype(np.float32), "b": rng.standard_normal(32).astype(np.float32)}
+
+
+def test_donated_update_matches_and_writes_into_the_donated_memory():
+    params, velocity, grads = _tree(0), _tree(1), _tree(2)
+    plain_params, plain_velocity = fnx.jit(_sgd_momentum)(params, velocity, grads)
+    donated = fnx.jit(_sgd_momentum, donate_argnums=(0, 1))
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    v = {k: jnp.asarray(v) for k, v in velocity.items()}
+    addresses = {k: (p[k]._buffer.ptr, v[k]._buffer.ptr) for k in p}
+    new_p, new_v = donated(p, v, grads)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(new_p[k]), np.asarray(plain_params[k]), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(new_v[k]), np.asarray(plain_velocity[k]), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(new_v[k]), 0.9 * velocity[k] + grads[k], rtol=1e-6)
+        assert (new_p[k]._buffer.ptr, new_v[k]._buffer.ptr) == addresses[k]
+        assert p[k].is_deleted() and v[k].is_deleted()
+    with pytest.raises(RuntimeError, match="deleted.*donated"):
+        np.asarray(p["w"])
+    with pytest.raises(RuntimeError, match="deleted.*donated"):
+        p["b"] + 1.0
+    with pytest.raises(RuntimeError, match="deleted.*donated"):
+        donated(p, v, grads)
+    for _ in range(3):  # steps feed each other through donated memory
+        new_p, new_v = donated(new_p, new_v, grads)
+    want_p, want_v = params, velocity
+    for _ in range(4):
+        want_p, want_v = _sgd_momentum(want_p, want_v, grads)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(new_p[k]), want_p[k], rtol=1e-5, atol=1e-6)
+
+
+def test_donation_is_skipped_while_a_numpy_view_or_another_argument_shares_the_memory():
+    f = fnx.jit(lambda x, y: x * 2.0 + y, donate_argnums=0)
+    x_np = np.arange(8, dtype=np.float32)
+    x = jnp.asarray(x_np) * 1.0
+    view = np.asarray(x)
+    out = f(x, x)
+    assert not x.is_deleted() and out._buffer.ptr != x._buffer.ptr
+    np.testing.assert_array_equal(view, x_np)  # the view still shows x, not the output
+    np.testing.assert_array_equal(np.asarray(out), x_np * 3)
+    del view
+    out = f(x, x)  # passed twice: writing one would change the other
+    assert not x.is_deleted()
+    np.testing.assert_array_equal(np.asarray(out), x_np * 3)
+
+
+@pytest.mark.parametrize("fun", [
+    lambda x: x[::-1] + 1.0,                            # reads another element than it writes
+    lambda x: x.T * 2.0,                                 # a transpose reads across the output
+    lambda x: jnp.concatenate([x[1:], x[:1]]) - x,
+    lambda x: (x - x.mean(axis=0)) * x.sum(),            # reductions read x before the in-place kernel
+    lambda x: jnp.cumsum(x, axis=0),
+    lambda x: x @ x,
+], ids=["flip", "transpose", "roll", "reductions", "cumsum", "matmul"])
+def test_donation_never_changes_results(fun):
+    x_np = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
+    want = np.asarray(fnx.jit(fun)(x_np))
+    f = fnx.jit(fun, donate_argnums=0)
+    x = jnp.asarray(x_np) * 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some of these cannot use the donation
+        out = f(x)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5)
+
+
+def test_donation_rule_on_schedules():
+    """In place only where each element is read where it is written: elementwise yes, a flip or a transpose no."""
+    x = np.ones((8, 8), np.float32)
+    for fun, usable in [(lambda x: x * 2.0 + 1.0, True), (lambda x: x[::-1] * 2.0, False),
+                        (lambda x: x.T + 1.0, False), (lambda x: jnp.maximum(x, 0.0) * x, True)]:
+        lowering = fnx.jit(fun).lower(x).executable.lowering
+        steps = [k for k, _ in lowering.kernels]
+        assert bool(donation_aliases(lowering.schedule, steps, (0,))) == usable
+
+
+def test_unusable_donation_warns_and_keeps_the_argument():
+    f = fnx.jit(lambda x: x.sum(), donate_argnums=0)
+    x = jnp.asarray(np.arange(4, dtype=np.float32)) * 1.0
+    with pytest.warns(UserWarning, match="donated buffers were not usable: float32\\[4\\]"):
+        assert float(f(x)) == 6.0
+    assert not x.is_deleted()
+
+
+# ---- asynchronous dispatch ----
+
+def test_queued_calls_feed_each_other_and_reads_wait(monkeypatch):
+    f = fnx.jit(lambda x: x * 0.5 + 1.0)
+    x_np = np.random.default_rng(4).standard_normal(4096).astype(np.float32)
+    _queued(monkeypatch, f, x_np)
+    x, want = jnp.asarray(x_np), x_np
+    results = []
+    for i in range(200):
+        x = f(x)
+        want = want * np.float32(0.5) + np.float32(1.0)
+        if i % 50 == 0:
+            assert x._buffer.ready is not None  # returned before anyone waited for it
+            results.append((x, want.copy()))
+        if i % 70 == 0:
+            x = jnp.sin(x)  # an eager op (inline) on a queued result keeps the order
+            want = np.sin(want)
+    for value, expected in results:
+        np.testing.assert_allclose(np.asarray(value), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(x.sum()), want.sum(), rtol=1e-4)
+    assert x.block_until_ready() is x and x._buffer.ready is None
+
+
+def test_a_queued_call_keeps_its_inputs_alive(monkeypatch):
+    f = fnx.jit(lambda x: x + 1.0)
+    _queued(monkeypatch, f, np.zeros(1 << 16, np.float32))
+    outs = []
+    for i in range(20):
+        x = jnp.asarray(np.full(1 << 16, float(i), np.float32))
+        outs.append(f(x))
+        del x
+        gc.collect()
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(np.asarray(out), np.full(1 << 16, i + 1.0, np.float32))
+
+
+def test_an_error_in_queued_work_surfaces_at_the_next_read(monkeypatch):
+    f = fnx.jit(lambda x: x * 3.0)
+    x = np.arange(16, dtype=np.float32)
+    executable = _queued(monkeypatch, f, x)
+
+    def broken(*args):
+        raise ValueError("kernel failed")
+    good = executable.launches
+    monkeypatch.setattr(executable, "launches", [(k, broken, a, w, c) for k, _, a, w, c in good])
+    failed = f(x)  # returns: the error is raised by whoever reads the result, or a result computed from it
+    later = fnx.jit(lambda y: y + 1.0)(failed)
+    with pytest.raises(ValueError, match="kernel failed"):
+        np.asarray(failed)
+    with pytest.raises(ValueError, match="kernel failed"):
+        later.block_until_ready()
+    monkeypatch.setattr(executable, "launches", good)
+    np.testing.assert_array_equal(np.asarray(f(x)), x * 3)  # the stream keeps working
+
+
+def test_control_flow_after_queued_work(monkeypatch):
+    f = fnx.jit(lambda x: x * 2.0)
+    x = np.ones(64, np.float32)
+    _queued(monkeypatch, f, x)
+    y = f(f(x))
+    g = fnx.jit(lambda y: fnx.lax.while_loop(lambda c: c[1] < 3, lambda c: (c[0] + y, c[1] + 1), (y, 0))[0])
+    np.testing.assert_array_equal(np.asarray(g(y)), np.full(64, 16.0, np.float32))
+
+
+def test_two_threads_dispatching_at_once(monkeypatch):
+    f = fnx.jit(lambda x: x * 0.5 + 1.0)
+    _queued(monkeypatch, f, np.zeros(1024, np.float32))
+    finals, errors = {}, []
+
+    def work(seed):
+        try:
+            x_np = np.random.default_rng(seed).standard_normal(1024).astype(np.float32)
+            x, want = jnp.asarray(x_np), x_np
+            for _ in range(100):
+                x, want = f(x), want * np.float32(0.5) + np.float32(1.0)
+            finals[seed] = (np.asarray(x), want)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(2)]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout=120)
+    assert not errors and len(finals) == 2
+    for got, want in finals.values():
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+SCRIPT = """
+import numpy as np, fnx, fnx.numpy as jnp
+from fnx.backends import cpu_llvm
+f = fnx.jit(lambda x: x * 0.5 + 1.0)
+x_np = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+f.lower(x_np).executable.queue_when_idle = True
+x, want = jnp.asarray(x_np), x_np
+for _ in range(30):
+    x, want = f(x), want * np.float32(0.5) + np.float32(1.0)
+np.testing.assert_allclose(np.asarray(x), want, rtol=1e-5)
+print("ok", fnx.jit(lambda x: x.sum()).lower(x_np).executable.threads)
+"""
+
+
+def test_one_cpu_thread():
+    env = dict(os.environ, FNX_CPU_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "1"]
+
+
+# ---- the checks the fast path keeps ----
+
+def test_fast_path_still_checks_arguments():
+    f = fnx.jit(lambda x, y: x + y)
+    a, b = jnp.ones(3), jnp.ones(3)
+    np.testing.assert_array_equal(np.asarray(f(a, b)), np.full(3, 2.0))
+    with pytest.raises((TypeError, ValueError), match="3.*4|4.*3"):
+        f(a, jnp.ones(4))
+    assert np.asarray(f(a, jnp.ones(3, jnp.int32))).dtype == np.float32  # a new dtype retraces
+    assert f.trace_count() == 2
+
+
+def test_buffers_are_read_only_on_the_host():
+    out = fnx.jit(lambda x: x + 1.0)(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(out)[0] = 5.0
+    assert not Buffer.from_numpy("cpu:0", np.zeros(3)).host.flags.writeable
+
+
+FORK_SCRIPT = """
+import os, numpy as np, fnx, fnx.numpy as jnp
+f = fnx.jit(lambda x: x + 1.0)
+x = np.zeros(256, np.float32)
+f.lower(x).executable.queue_when_idle = True
+y = f(f(x))
+pid = os.fork()  # waits for the queued calls; the child starts with an empty queue and a new worker
+if pid == 0:
+    os._exit(0 if np.asarray(f(y))[0] == 3.0 else 1)
+_, status = os.waitpid(pid, 0)
+print("ok" if status == 0 and np.asarray(y)[0] == 2.0 else "bad", status)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_after_queued_calls():
+    done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split()[:1] == ["ok"], done.stdout + done.stderr
