@@ -20,5 +20,7 @@ __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp
 
 
 def block_until_ready(x):
-    """Wait for every array in a pytree (dispatch is synchronous today; kept for JAX compatibility)."""
+    """Wait until every array in the pytree `x` is computed (large calls run asynchronously); returns `x`."""
+    for leaf in tree_util.tree_leaves(x):
+        if isinstance(leaf, Array): leaf.block_until_ready()
     return x

@@ -300,11 +300,21 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
             except OptError:
                 pass
     if threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
-        probe = k
-        for opt in opts: probe = apply_opt(probe, opt)
-        if len(probe.ranges) > thread_axis and probe.ranges[thread_axis].arg[1] > 1:
-            opts.append(Opt("THREAD", thread_axis))
+        sizes = _output_loop_sizes(k, opts)
+        if len(sizes) > thread_axis and sizes[thread_axis] > 1: opts.append(Opt("THREAD", thread_axis))
     return opts
+
+
+def _output_loop_sizes(k: Kernel, opts: list[Opt]) -> list[int]:
+    """The output loops' sizes after `opts` (worked out without rewriting the kernel's graph)."""
+    out, red = [r.arg[1] for r in k.ranges], [r.arg[1] for r in k.reduce_ranges]
+    for o in opts:
+        sizes, i = (out, o.axis) if o.axis < len(out) else (red, o.axis - len(out))
+        if o.op in ("VECTORIZE", "UPCAST", "UNROLL"): sizes[i] = -(-sizes[i] // o.amount)
+        elif o.op == "SPLIT": sizes[i:i + 1] = [sizes[i] // o.amount, o.amount]
+        elif o.op == "SWAP": out[o.axis], out[o.amount] = out[o.amount], out[o.axis]
+        elif o.op == "ACCUMULATE": out.insert(0, red.pop(i))
+    return out
 
 
 def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:

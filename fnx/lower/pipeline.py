@@ -73,7 +73,7 @@ class Lowering:
         if stage == "rangeify":  # the kernel split, each kernel with its estimated FLOPs and bytes
             from fnx.lower.cost import describe
             return "\n".join(f"{k.name}: host loop over compiled bodies" if isinstance(k, ControlStep) else
-                             f"{describe(k)}; buffers {k.args}, loops {[r.arg[1] for r in k.ranges]} reduce "
+                             f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg[1] for r in k.ranges]} reduce "
                              f"{[r.arg[1] for r in k.reduce_ranges]}" for k in self.schedule.kernels)
         parts = []
         for kernel, lines in self.kernels:
