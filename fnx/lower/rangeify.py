@@ -244,7 +244,7 @@ class KernelBuilder:
         if len(places) > 1: raise _Realize(u)  # read at two different places: one buffer serves both
         self.computed_in.setdefault(u, set()).add(self.nest)
         out = self.reduce(u, idx)
-        if _is_matmul_like(out): raise _Realize(u)
+        if _is_matmul_like(out) and not _one_element_per_iteration(u, idx): raise _Realize(u)
         return out
 
     def _pad(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
@@ -257,6 +257,14 @@ class KernelBuilder:
         if valid is None: return self.value(x, tuple(inner), gate)
         inner_gate = valid if gate is None else gate.alu(Ops.AND, valid)
         return valid.alu(Ops.WHERE, self.value(x, tuple(inner), inner_gate), UOp.const(u.dtype, 0))
+
+
+def _one_element_per_iteration(u: UOp, idx: tuple[UOp, ...]) -> bool:
+    """Whether the consumer reads REDUCE u at plain, distinct loop indices (a transpose or an elementwise epilogue
+    of a matmul): fused there, each output element is still reduced exactly once, and no buffer round trip is
+    needed."""
+    kept = [i for i, s in zip(idx, u.shape) if s > 1]
+    return all(i.op is Ops.RANGE for i in kept) and len(set(kept)) == len(kept)
 
 
 def _is_matmul_like(red: UOp) -> bool:
