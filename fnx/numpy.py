@@ -483,12 +483,22 @@ def _pow2(n: Array, dt: DType) -> Array:
     return lax.bitcast_convert_type(bits, dt)
 
 
+_ROUNDER = {dtypes.float32: 1.5 * 2.0 ** 23, dtypes.float64: 1.5 * 2.0 ** 52}
+
+
+def _round_to_integer(y: Array) -> Array:
+    """y rounded to the nearest integer (ties to even) for |y| < 2^22: adding 1.5 * 2^mantissa leaves no fraction
+    bits, subtracting it back is exact. Two additions instead of a truncation and a compare-and-fix."""
+    big = _ROUNDER[_dt(y)]
+    return (y + big) - big
+
+
 def _exp(x: Array) -> Array:
     dt = _dt(x)
     head, tail = _LN2_SPLIT[dt]
     limit = _EXP_LIMIT[dt]
     xc = where(x > limit, _full(x, limit), where(x < -limit, _full(x, -limit), x))
-    n = _floor(xc * _LOG2E + 0.5)
+    n = _round_to_integer(xc * _LOG2E)
     r = (xc - n * head) - n * tail
     half = lax.trunc(n * 0.5)
     return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half, dt)
