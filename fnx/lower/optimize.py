@@ -261,13 +261,17 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
     red = k.reduce_ranges[-1] if k.reduce_ranges else None
     loads = _loads(k)
     thread_axis = 0
-    matmul = (red is not None and len(k.reduce_ranges) == 1 and len(stores) == 1 and store_unit
-              and any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], red) not in (0, 1) for ld in loads))
+    # matmul-like: every reduction walks some operand with a stride while the output loop walks it contiguously
+    # (one matmul, or several summed in one kernel as in h @ wh + x @ wx): lanes along the output loop
+    matmul = (red is not None and len(stores) == 1 and store_unit
+              and all(any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], r) not in (0, 1) for ld in loads)
+                      for r in k.reduce_ranges))
     if matmul and inner.arg[1] >= 8:
         n_out = len(k.ranges)
         slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
         kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
-        if slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE:
+        if (slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE
+                and len(k.reduce_ranges) == 1):
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
             n_out += 1
             thread_axis = 1

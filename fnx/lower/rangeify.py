@@ -54,11 +54,15 @@ class Kernel:
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
     lanes: tuple = ()            # RANGEs computed as vector lanes of one width, not loops (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
-    init: tuple = ()             # stores that set the outputs before an accumulating kernel runs (optimize)
+    init: tuple = ()             # (init kernel, loops that run in order) of an accumulating kernel (optimize)
 
     @property
     def work(self) -> int:
-        return math.prod(r.arg[1] for r in self.ranges + self.reduce_ranges)
+        """Innermost iterations: the output loops times the reduce loops of each reduction (reductions run one
+        after another, not nested in each other)."""
+        nests = {u.src[1:] for u in self.sink.toposort if u.op is Ops.REDUCE}
+        inner = sum(math.prod(r.arg[1] for r in rs if r in self.reduce_ranges) for rs in nests)
+        return math.prod(r.arg[1] for r in self.ranges) * max(inner, 1)
 
     @property
     def flops(self) -> int:
