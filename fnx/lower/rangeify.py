@@ -248,7 +248,9 @@ class KernelBuilder:
         if len(places) > 1: raise _Realize(u)  # read at two different places: one buffer serves both
         self.computed_in.setdefault(u, set()).add(self.nest)
         out = self.reduce(u, idx)
-        if _is_matmul_like(out) and not _one_element_per_iteration(u, idx): raise _Realize(u)
+        if _is_matmul_like(out) and (not _one_element_per_iteration(u, idx)
+                                     or any(r in self.reduce_ranges for i in idx for r in _ranges_in(i))):
+            raise _Realize(u)  # a matmul fuses only into an elementwise epilogue, never into another reduction
         return out
 
     def _pad(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
