@@ -17,12 +17,15 @@ from fnx.uop import Ops, UOp
 Linear = list[tuple[str, UOp]]
 
 
-def range_deps(sink: UOp) -> dict[UOp, frozenset]:
+def range_deps(sink: UOp, pinned: frozenset = frozenset()) -> dict[UOp, frozenset]:
     """The RANGEs each node's value depends on (a REDUCE's value does not depend on its own reduce ranges; a
-    LOAD/STORE of consecutive lanes depends on the lane range in its arg)."""
+    LOAD/STORE of consecutive lanes depends on the lane range in its arg). A LOAD of a buffer the kernel writes
+    also depends on the `pinned` ranges: it must not be hoisted above the previous iteration's store."""
     deps: dict[UOp, frozenset] = {}
     for u in sink.toposort:
         if u.op is Ops.RANGE: deps[u] = frozenset((u,))
+        elif u.op is Ops.LOAD and pinned and any(u.src[0] is st.src[0] for st in sink.src):
+            deps[u] = frozenset().union(*(deps[s] for s in u.src)) | pinned
         elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]] - set(u.src[1:])
         else: deps[u] = frozenset().union(*(deps[s] for s in u.src))
         if u.op in (Ops.LOAD, Ops.STORE) and u.arg is not None: deps[u] = deps[u] | {u.arg}
@@ -31,7 +34,7 @@ def range_deps(sink: UOp) -> dict[UOp, frozenset]:
 
 def linearize(kernel: Kernel) -> Linear:
     order = [u for u in kernel.sink.toposort if u.op not in (Ops.SINK, Ops.RANGE)]
-    deps = range_deps(kernel.sink)
+    deps = range_deps(kernel.sink, frozenset(kernel.ranges))
     lanes = set(kernel.lanes)
     lines: Linear = []
     emitted: set[UOp] = set()
