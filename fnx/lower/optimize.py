@@ -294,7 +294,9 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
                   if r.arg[1] >= w and any(_stride(ld.src[1], r) == 1 for ld in loads)]
         if not wanted and red is not None and store_unit and inner.arg[1] >= w:
             wanted = []  # a strided reduction: lanes along the output
-        if store_unit and inner.arg[1] >= 4: wanted.append(len(k.ranges) - 1)
+        gathers = any(_stride(ld.src[1], inner) not in (0, 1) for ld in loads) if inner is not None else True
+        if store_unit and inner.arg[1] >= 4 and not (k.reduce_ranges and gathers):
+            wanted.append(len(k.ranges) - 1)  # (lanes whose reduction loop gathers every load lose to scalar code)
         if not any(a >= len(k.ranges) for a in wanted) and store_unit: w = min(w, inner.arg[1])
         probe = k
         for axis in wanted:
