@@ -195,7 +195,14 @@ def w1_gelu():
     if jax:
         jf, jx = jax.jit(lambda x: gelu(jjnp, x)), jjnp.asarray(x_np)
         res["jax"] = best(lambda: jf(jx).block_until_ready())
-    return report("W1 gelu(x*a+b) 16M f32", res, bytes_moved=2 * x_np.nbytes)  # read x, write the result
+    rows = report("W1 gelu(x*a+b) 16M f32", res, bytes_moved=2 * x_np.nbytes)  # read x, write the result
+    # the same traffic with almost no arithmetic: how close a purely streaming kernel comes to the bandwidth
+    g = fnx.jit(lambda x: x * a + b)
+    res = {"fnx": best(lambda: block(g(x))), "numpy": best(lambda: x_np * a + b)}
+    if jax:
+        jg = jax.jit(lambda x: x * a + b)
+        res["jax"] = best(lambda: jg(jx).block_until_ready())
+    return rows + report("W1 streaming x*a+b 16M f32", res, bytes_moved=2 * x_np.nbytes)
 
 
 def w2_matmul():
