@@ -23,7 +23,6 @@ instructions (`arg` = W) and the rest gathers/scatters (the devectorize step).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from fnx import dtypes
@@ -361,4 +360,5 @@ def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None) -> lis
     return [apply_opts(init, heuristic_opts(init, threads)), replace(k, name=f"{kernel.name}_acc", init=())]
 
 
-__all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize", "math"]
+__all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize",
+           "schedule_override"]
