@@ -18,8 +18,8 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
 
 `heuristic_opts` chooses actions by hand rules; `FNX_BEAM` (fnx/lower/search.py) searches the same actions by
 timing. After the actions, loads and stores whose index walks memory one element per lane become single vector
-instructions (`arg` = W) and the rest gathers/scatters (the devectorize step).
-
+instructions (their `arg` names the lane range) and the rest gathers/scatters (the devectorize step). The whole
+design, with the heuristics' measurements, is in docs/LOWERING.md.
 """
 from __future__ import annotations
 
