@@ -103,6 +103,13 @@ def add(x, y): return _binary(Ops.ADD, x, y, "add")
 @eager_op
 def mul(x, y): return _binary(Ops.MUL, x, y, "mul")
 @eager_op
+def _fusable_add(x, y):
+    """x + y, where a product of floats feeding it may be fused with it into one multiply-add (rounded once, not
+    twice). fnx.numpy's polynomial approximations use it; the ADD carries arg "contract" (docs/IR.md)."""
+    a, b, weak = _binary_operands(x, y, "add")
+    _same_shapes("add", a, b)
+    return Array(UOp(Ops.ADD, a.uop.dtype, (a.uop, b.uop), "contract"), weak)
+@eager_op
 def max(x, y): return _binary(Ops.MAX, x, y, "max")  # noqa: A001
 @eager_op
 def lt(x, y): return _binary(Ops.CMPLT, x, y, "lt")

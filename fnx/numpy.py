@@ -511,7 +511,7 @@ _EXPM1_F64 = tuple(1 / math.factorial(k) for k in range(13, 1, -1))  # Taylor to
 
 def _exp_reduced(r: Array) -> Array:
     """e^r for |r| <= ln(2)/2 as a polynomial (plain multiply-adds: vectorizes, no range reduction of its own)."""
-    return 1 + r + r * r * _horner(r, _EXPM1_F32 if _dt(r) is dtypes.float32 else _EXPM1_F64)
+    return 1 + r + r * r * _horner(r, _EXPM1_F32 if _dt(r) is dtypes.float32 else _EXPM1_F64, fused=True)
 
 
 def _log(x: Array) -> Array:
@@ -552,8 +552,8 @@ def _tanh(x: Array) -> Array:
     (exp overflowing to inf gives exactly 1). One exp and one division per element."""
     a = _abs(x)
     z = x * x
-    small = x + x * z * (_horner(z, _TANH_F32) if _dt(x) is dtypes.float32
-                         else _horner(z, _TANH_P) / _horner(z, _TANH_Q, leading_one=True))
+    small = x + x * z * (_horner(z, _TANH_F32, fused=True) if _dt(x) is dtypes.float32
+                         else _horner(z, _TANH_P, fused=True) / _horner(z, _TANH_Q, leading_one=True, fused=True))
     large = 1 - 2 / (_exp(2 * a) + 1)
     large = where(x < 0, lax.neg(large), large)
     return where(a < 0.625, small, large)
@@ -588,9 +588,11 @@ _ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.3288106049129
            4.853903996359136964868e2, 1.945506571482613964425e2)  # denominator, leading 1 omitted
 
 
-def _horner(z: Array, coeffs: Sequence[float], leading_one: bool = False) -> Array:
+def _horner(z: Array, coeffs: Sequence[float], leading_one: bool = False, fused: bool = False) -> Array:
+    """The polynomial with these coefficients (highest power first) at z; `fused`: each step may be one
+    multiply-add (faster and rounded once; results may differ from unfused steps in the last bit)."""
     acc = z + coeffs[0] if leading_one else _full(z, coeffs[0])
-    for c in coeffs[1:]: acc = acc * z + c
+    for c in coeffs[1:]: acc = lax._fusable_add(acc * z, c) if fused else acc * z + c
     return acc
 
 

@@ -214,7 +214,17 @@ class Renderer:
         if u.op is Ops.REDUCE: self.names[u] = self.finish_reduce(u)
         elif u.op is Ops.LOAD: self.names[u] = self.load(u)
         elif u.op is Ops.STORE: self.store(u)
+        elif (fused := self.fused_product(u)) is not None: self.names[u] = fused
         else: self.names[u] = self.alu(u.op, u.dtype, [self.value(s) for s in u.src], u.src[0].dtype)
+
+    def fused_product(self, u: UOp) -> str | None:
+        """ADD marked "contract" of a float product and another value as one llvm.fmuladd (rounded once)."""
+        if u.op is not Ops.ADD or u.arg != "contract" or not u.dtype.is_float: return None
+        mul, other = (u.src[0], u.src[1]) if u.src[0].op is Ops.MUL else (u.src[1], u.src[0])
+        if mul.op is not Ops.MUL: return None
+        t = self.rt(u.dtype)
+        return self.intrinsic(f"llvm.fmuladd.{self.sfx(reg_type(u.dtype))}", t,
+                              [self.value(mul.src[0]), self.value(mul.src[1]), self.value(other)], [t, t, t])
 
     def pointer(self, buf: UOp, index: UOp, lanes: bool) -> str:
         """The address of element `index`, or a vector of addresses (one per lane) for a gather/scatter."""
