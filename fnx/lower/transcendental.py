@@ -25,6 +25,11 @@ def _c(d: DType, v) -> UOp:
     return UOp.const(d, v)
 
 
+def _muladd(a: UOp, b: UOp, c: float) -> UOp:
+    """a * b + c as one fused multiply-add (an ADD marked "contract": docs/IR.md)."""
+    return UOp(Ops.ADD, a.dtype, (a * b, _c(a.dtype, c)), "contract")
+
+
 def _pow2(n: UOp, d: DType) -> UOp:
     """2^n for an integer n in the normal exponent range, built from the exponent field."""
     int_t, mant, bias = _LAYOUT[d][:3]
@@ -46,7 +51,7 @@ def exp2(x: UOp) -> UOp | None:
     y = (clamped + n * -1.0) * math.log(2)  # |y| <= ln(2)/2
     poly = _c(d, 1.0 / math.factorial(terms - 1))
     for k in range(terms - 2, -1, -1):
-        poly = poly * y + 1.0 / math.factorial(k)
+        poly = _muladd(poly, y, 1.0 / math.factorial(k))
     n_int = n.cast(int_t)
     half = n_int // 2
     return poly * _pow2(half, d) * _pow2(n_int + half * -1, d)
@@ -69,7 +74,7 @@ def log2(x: UOp) -> UOp | None:
     s2 = s * s
     poly = _c(d, 1.0 / (2 * terms - 1))
     for k in range(terms - 2, -1, -1):
-        poly = poly * s2 + 1.0 / (2 * k + 1)
+        poly = _muladd(poly, s2, 1.0 / (2 * k + 1))
     result = exponent + s * poly * (2.0 / math.log(2))
     # special values: log2(0) = -inf, log2(x<0) = nan, log2(inf) = inf, nan stays nan
     result = (x.alu(Ops.CMPNE, 0.0)).alu(Ops.WHERE, result, _c(d, -math.inf))
