@@ -22,6 +22,9 @@ from fnx.errors import at_user_line
 from fnx.trace import Array, _realize_tree, building, fresh_tag, state, trace
 from fnx.uop import Ops, UOp
 
+_FREE_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE)
+
+
 def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, list[UOp]]:
     """TUPLE(outs) over `params`, with every value the outputs close over (anything built from other PARAMs or
     BUFFERs) replaced by a fresh PARAM of `tag`; returns the body and those closed-over values, in slot order.
@@ -42,6 +45,13 @@ def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, lis
         foreign[u] = (u.op in (Ops.PARAM, Ops.BUFFER) and u not in own) or any(foreign[s] for s in srcs)
     hoist = [u for u in order if u is not body and u.shape is not None and not depends_own[u] and foreign[u]
              and any(depends_own[v] or v is body for v in users.get(u, []))]
+    # close over the array itself, not a broadcast or reshape of it: the movement stays in the body, where it is
+    # index arithmetic (an expanded weight matrix would otherwise be materialized and read at every step)
+    bases = []
+    for h in hoist:
+        while h.op in _FREE_MOVES and h.src[0].shape is not None: h = h.src[0]
+        if h not in bases: bases.append(h)
+    hoist = bases
     mapping = {h: UOp(Ops.PARAM, h.dtype, (), (len(params) + i, h.shape, h.device) + tag) for i, h in enumerate(hoist)}
     return (substitute(body, mapping) if mapping else body), hoist
 

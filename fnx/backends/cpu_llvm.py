@@ -19,7 +19,7 @@ from fnx.config import config
 from fnx.lower.memory import donation_aliases
 from fnx.lower.pipeline import STAGES, Lowering, lower
 from fnx.lower.rangeify import ControlStep
-from fnx.uop import UOp
+from fnx.uop import Ops, UOp
 
 
 ASYNC_MIN_WORK = 1 << 22  # loop iterations from which a call on an idle stream is queued (see CPUExecutable)
@@ -265,7 +265,12 @@ class CPUExecutable(Executable):
             return lambda values: [b.numpy(s) for b, s in zip(exe([Buffer.from_numpy(device, v) for v in values]),
                                                                shapes)]
         inputs = [buffers[i].numpy(step.node.operands[j].shape) for j, i in enumerate(step.inputs)]
-        for out_id, value in zip(step.outputs, run_control(step.node, inputs, prepare)):
+        if step.node.op is Ops.SCAN and step.node not in _scans:  # small bodies loop natively (scan_loop.py)
+            from fnx.backends.scan_loop import compile_scan
+            _scans[step.node] = compile_scan(step.node, _compiler())
+        program = _scans.get(step.node)
+        values = program.run(inputs) if program is not None else run_control(step.node, inputs, prepare)
+        for out_id, value in zip(step.outputs, values):
             buffers[out_id] = Buffer.from_numpy(self.device, value)
             ptrs[out_id] = buffers[out_id].ptr
 
@@ -281,6 +286,7 @@ class CPUExecutable(Executable):
 
 
 _state: dict = {}
+_scans: dict = {}   # SCAN node -> its compiled native loop (None: runs from the host loop)
 
 
 def _compiler() -> LLVMCompiler:
