@@ -400,7 +400,7 @@ def softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
       Array([0.5, 0.5], dtype=float32)
     """
     x = _as_float(x)
-    unnormalized = jnp.exp(x - _masked_max(x, axis, where))
+    unnormalized = jnp._exp_nonpositive(x - _masked_max(x, axis, where))
     if where is not None: unnormalized = jnp.where(where, unnormalized, 0)
     return unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True, where=where)
 
@@ -423,7 +423,7 @@ def log_softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     """
     x = _as_float(x)
     shifted = x - _masked_max(x, axis, where)
-    total = jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True, where=where)
+    total = jnp.sum(jnp._exp_nonpositive(shifted), axis=axis, keepdims=True, where=where)
     out = shifted - jnp.log(total)
     return out if where is None else jnp.where(where, out, -jnp.inf)
 

@@ -504,6 +504,16 @@ def _exp(x: Array) -> Array:
     return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half, dt)
 
 
+def _exp_normal(y: Array) -> Array:
+    """e^y for y whose result is a normal float (|y| below about 87 in float32, 708 in float64: the caller
+    clamps): one scaling by 2^n instead of the two that subnormal and overflowing results need."""
+    dt = _dt(y)
+    head, tail = _LN2_SPLIT[dt]
+    n = _round_to_integer(y * _LOG2E)
+    r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
+    return _exp_reduced(r) * _pow2(n, dt)
+
+
 _EXPM1_F32 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
               5.0000001201e-1)  # Cephes expf: e^r = 1 + r + r^2 P(r) on |r| <= ln(2)/2
 _EXPM1_F64 = tuple(1 / math.factorial(k) for k in range(13, 1, -1))  # Taylor to r^13: below 1e-17 there
@@ -554,9 +564,11 @@ def _tanh(x: Array) -> Array:
     z = x * x
     small = x + x * z * (_horner(z, _TANH_F32, fused=True) if _dt(x) is dtypes.float32
                          else _horner(z, _TANH_P, fused=True) / _horner(z, _TANH_Q, leading_one=True, fused=True))
-    large = 1 - 2 / (_exp(2 * a) + 1)
+    two_a = 2 * a  # tanh is 1 to the last bit beyond 2|x| = 20 (float32) or 40 (float64): clamp, then e^y is normal
+    limit = 20.0 if _dt(x) is dtypes.float32 else 40.0
+    large = 1 - 2 / (_exp_normal(where(two_a > limit, _full(x, limit), two_a)) + 1)
     large = where(x < 0, lax.neg(large), large)
-    return where(a < 0.625, small, large)
+    return where(a < 0.625, where(x == 0, x, small), large)  # x + x*z*P(z) would turn -0.0 into +0.0
 
 
 _HYPERBOLIC_CUTOFF = {dtypes.float32: 9.0, dtypes.float64: 19.0}  # above: exp(-|x|) is below half an ulp
@@ -652,12 +664,30 @@ def _with_derivative(compute, derivative):
     return fun
 
 
+def _odd(compute):
+    """An odd function's formula with zeros passed through, so f(-0.0) is -0.0 as in numpy."""
+    return lambda x: where(x == 0, x, compute(x))
+
+
 def _float_ufunc(name: str, compute, doc: str, derivative=None):
     compute = _float_math(compute)
     return _ufunc(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
 
 
 exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).", lambda x, y: (y,))
+_EXP_NORMAL_MIN = {dtypes.float32: -87.3, dtypes.float64: -708.3}  # below: e^x is subnormal or 0
+
+
+def _exp_nonpositive_compute(x: Array) -> Array:
+    lo = _EXP_NORMAL_MIN[_dt(x)]
+    clamped = where(x < lo, _full(x, lo), where(x > 0, _full(x, 0.0), x))
+    return where(x < lo, _full(x, 0.0), _exp_normal(clamped))
+
+
+# e^x for x <= 0 (softmax and logsumexp after subtracting the maximum), with results below the normal range
+# flushed to 0 as on XLA's CPU backend: one 2^n scaling instead of two
+_exp_nonpositive = _float_ufunc("exp", _exp_nonpositive_compute, "e ** x for x <= 0 (subnormal results are 0).",
+                                lambda x, y: (y,))
 exp2 = _ufunc("exp2", lax.exp2, to_float=True, doc="2 ** x elementwise.")
 log = _float_ufunc("log", _log, "Natural logarithm elementwise.", lambda x, y: (1 / x,))
 log2 = _ufunc("log2", lax.log2, to_float=True, doc="Base-2 logarithm elementwise.")
@@ -673,11 +703,11 @@ cos = _float_ufunc("cos", _cos, "Cosine elementwise.", lambda x, y: (lax.neg(lax
 tan = _float_ufunc("tan", lambda x: lax.sin(x) / _cos(x), "Tangent elementwise.", lambda x, y: (1 + y * y,))
 tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).",
                     lambda x, y: (1 - y * y,))
-sinh = _float_ufunc("sinh", _sinh, "Hyperbolic sine elementwise.", lambda x, y: (cosh(x),))
+sinh = _float_ufunc("sinh", _odd(_sinh), "Hyperbolic sine elementwise.", lambda x, y: (cosh(x),))
 cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.", lambda x, y: (sinh(x),))
-arctan = _float_ufunc("arctan", _atan, "Inverse tangent elementwise, in [-pi/2, pi/2].",
+arctan = _float_ufunc("arctan", _odd(_atan), "Inverse tangent elementwise, in [-pi/2, pi/2].",
                       lambda x, y: (1 / (1 + x * x),))
-arcsin = _float_ufunc("arcsin", _asin, "Inverse sine elementwise (NaN outside [-1, 1]).",
+arcsin = _float_ufunc("arcsin", _odd(_asin), "Inverse sine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.recip(lax.sqrt((1 - x) * (1 + x))),))
 arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.neg(lax.recip(lax.sqrt((1 - x) * (1 + x)))),))

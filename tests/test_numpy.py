@@ -575,3 +575,11 @@ def test_where_one_argument_and_nonzero(device):
     x = np.array([[0, 1], [2, 0]], np.int32)
     for got, want in zip(jnp.where(jnp.array(x)), np.where(x)): check(got, want)
     for got, want in zip(jnp.nonzero(x), np.nonzero(x)): check(got, want)
+
+
+@pytest.mark.parametrize("name", ["tanh", "sin", "arctan", "arcsin", "sinh", "expm1", "log1p", "tan", "sqrt"])
+def test_odd_functions_keep_the_sign_of_zero(name):
+    x = np.array([-0.0, 0.0], np.float32)
+    got = np.asarray(getattr(jnp, name)(jnp.asarray(x)))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(getattr(np, name)(x)))
+    np.testing.assert_array_equal(got, 0.0)
