@@ -15,3 +15,20 @@ def assert_tree_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6, 
         else:
             if exact_dtypes: assert a.dtype == e.dtype, (a.dtype, e.dtype)
             np.testing.assert_array_equal(a, e)
+
+
+def mlp_loss(p, x, onehot):
+    """Softmax cross-entropy of the 2-layer MLP of bench W4 (parameters w1 b1 w2 b2)."""
+    import fnx.numpy as jnp
+    from fnx import nn
+    h = nn.relu(x @ p["w1"] + p["b1"])
+    return -jnp.mean(jnp.sum(nn.log_softmax(h @ p["w2"] + p["b2"]) * onehot, axis=-1))
+
+
+def mlp_step(p, x, onehot):
+    """One SGD step of that MLP: (new parameters, loss), as bench W4 and the training tests compile it."""
+    import fnx
+    from fnx import optim
+    loss, grads = fnx.value_and_grad(mlp_loss)(p, x, onehot)
+    updates, _ = optim.sgd(0.1).update(grads, optim.sgd(0.1).init(p), p)
+    return optim.apply_updates(p, updates), loss

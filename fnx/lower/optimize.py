@@ -31,7 +31,7 @@ from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.uop import Ops, UOp
 
-MIN_PARALLEL_WORK = 1 << 20   # below this, waking threads costs more than it saves (hand-off 20-70 us; W5 0.16 -> 0.10 ms)
+MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
 VECTOR_BYTES = 64             # one AVX-512 register; LLVM splits wider vectors and scalarizes what the CPU lacks
 
 

@@ -80,22 +80,13 @@ def test_loop_outputs_are_not_planned():
 
 def _mlp_step_lowering():
     """The 784-512-10 MLP training step of bench W4 (batch 256): jit(value_and_grad) plus an SGD update."""
-    from fnx import nn, optim
-
-    def loss(p, x, onehot):
-        h = nn.relu(x @ p["w1"] + p["b1"])
-        return -jnp.mean(jnp.sum(nn.log_softmax(h @ p["w2"] + p["b2"]) * onehot, axis=-1))
-
-    def step(p, x, onehot):
-        value, grads = fnx.value_and_grad(loss)(p, x, onehot)
-        updates, _ = optim.sgd(0.1).update(grads, optim.sgd(0.1).init(p), p)
-        return optim.apply_updates(p, updates), value
+    from assertions import mlp_step
     rng = np.random.default_rng(2)
     p = {"w1": rng.standard_normal((784, 512)).astype(np.float32), "b1": np.zeros(512, np.float32),
          "w2": rng.standard_normal((512, 10)).astype(np.float32), "b2": np.zeros(10, np.float32)}
     x = rng.standard_normal((256, 784)).astype(np.float32)
     onehot = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
-    return _lowering(step, p, x, onehot), p, x
+    return _lowering(mlp_step, p, x, onehot), p, x
 
 
 def test_mlp_training_step_peak_is_bounded_by_its_live_tensors():

@@ -4,22 +4,11 @@ import numpy as np
 
 import fnx
 import fnx.numpy as jnp
-from fnx import nn, optim
+from assertions import mlp_step as _step
 
 # kernels in the compiled step (forward, backward and the SGD update of a 2-layer MLP); change it on purpose only:
 MLP_STEP_KERNELS = 12  # 27 with no fusion of reductions, 15 before matmuls took their elementwise epilogues,
 #                        13 before exp got cheaper (the cost model then fuses the log-softmax pieces differently)
-
-
-def _loss(p, x, onehot):
-    h = nn.relu(x @ p["w1"] + p["b1"])
-    return -jnp.mean(jnp.sum(nn.log_softmax(h @ p["w2"] + p["b2"]) * onehot, axis=-1))
-
-
-def _step(p, x, onehot):
-    loss, grads = fnx.value_and_grad(_loss)(p, x, onehot)
-    updates, _ = optim.sgd(0.1).update(grads, optim.sgd(0.1).init(p), p)
-    return optim.apply_updates(p, updates), loss
 
 
 def _numpy_step(p, x, onehot):
