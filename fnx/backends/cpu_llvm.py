@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fnx.backends.device import Backend, Buffer, Executable, HostPool, Pending, Stream
+from fnx.backends import native_pool
 from fnx.backends.llvm_render import render_module
 from fnx.config import config
 from fnx.lower.memory import donation_aliases
@@ -139,6 +140,8 @@ class CPUExecutable(Executable):
         # per step: (kernel, ctypes function or None for a host step, its argument addresses from a call's list of
         # addresses, its whole loop range when it runs as one piece, else None, and its thread chunks)
         self.launches: list[tuple] = []
+        self.packed: dict[str, int] = {}
+        self.compiler = compiler
         for kernel, lines in self.lowering.kernels:
             if lines is None:  # a control-flow step: run on the host
                 self.launches.append((kernel, None, None, None, ()))
@@ -151,6 +154,8 @@ class CPUExecutable(Executable):
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
             addresses = operator.itemgetter(*args) if len(args) > 1 else lambda ptrs, b=args[0]: (ptrs[b],)
+            if len(chunks) > 1:  # the native pool calls the kernel through its packed entry point
+                self.packed[kernel.name] = self.engine.get_function_address(f"{kernel.name}_packed")
             self.launches.append((kernel, func, addresses, chunks[0] if len(chunks) == 1 else None, chunks))
         self.has_control = any(func is None for _, func, _, _, _ in self.launches)
         self.work = sum(k.work for k, func, _, _, _ in self.launches if func is not None)
@@ -246,6 +251,9 @@ class CPUExecutable(Executable):
             values = addresses(ptrs)
             if whole is not None:
                 func(*values, *whole)
+            elif (native := native_pool.pool(self.compiler, self.threads - 1)) is not None and native.run(
+                    self.packed[kernel.name], values, chunks, lambda lo, hi: func(*values, lo, hi)):
+                pass  # the first chunk ran on this thread, the rest on the native workers
             else:  # the first chunk runs on this thread while the pool runs the rest
                 jobs = [self.pool.submit(func, *values, lo, hi) for lo, hi in chunks[1:]]
                 func(*values, *chunks[0])

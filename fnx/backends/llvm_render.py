@@ -437,10 +437,22 @@ def render_kernel(kernel: Kernel, lines: Linear) -> tuple[str, set[str]]:
     return r.render(), r.declares
 
 
+def packed_entry(kernel: Kernel) -> str:
+    """`@<name>_packed(ptr argv, i64 start, i64 end)`: the kernel with its buffer addresses in an array, so one
+    native worker loop can call any kernel (fnx/backends/native_pool.py)."""
+    n = max(len(kernel.args), 1)
+    body = [f"define void @{kernel.name}_packed(ptr %argv, i64 %start, i64 %end) {{"]
+    for i in range(n):
+        body += [f"  %p{i} = getelementptr ptr, ptr %argv, i64 {i}", f"  %a{i} = load ptr, ptr %p{i}, align 8"]
+    args = ", ".join(f"ptr %a{i}" for i in range(n))
+    return "\n".join(body + [f"  call void @{kernel.name}({args}, i64 %start, i64 %end)", "  ret void", "}"])
+
+
 def render_module(kernels: list[tuple[Kernel, Linear]]) -> str:
     functions, declares = [], set()
     for kernel, lines in kernels:
         text, decl = render_kernel(kernel, lines)
         functions.append(text)
+        if kernel.thread_range >= 0: functions.append(packed_entry(kernel))
         declares |= decl
     return "\n\n".join(functions + sorted(declares) + ['attributes #0 = { nounwind }'])

@@ -1,0 +1,71 @@
+"""The native worker pool that runs thread-split kernel chunks (fnx/backends/native_pool.py)."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends import cpu_llvm, native_pool
+
+
+def _threaded(fn, *args):
+    """fn jitted, with a check that its lowering has a thread-split kernel (so the pool is exercised)."""
+    jitted = fnx.jit(fn)
+    assert "thread-split loop 0" in jitted.lower(*args).as_text("optimize")
+    return jitted
+
+
+@pytest.fixture
+def pool():
+    compiler = cpu_llvm._compiler()
+    p = native_pool.pool(compiler, 1)
+    if p is None: pytest.skip("the native pool needs an x86-64 CPU")
+    return p
+
+
+def test_chunks_run_on_the_native_worker(pool):
+    x = np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32)
+    f = _threaded(lambda x: jnp.tanh(x) * 2 + 1, jnp.asarray(x))
+    before = int(pool.ctrls[0][0])
+    got = np.asarray(f(jnp.asarray(x)))
+    np.testing.assert_allclose(got, np.tanh(x) * 2 + 1, rtol=1e-6, atol=1e-6)
+    assert int(pool.ctrls[0][0]) > before and int(pool.ctrls[0][1]) == int(pool.ctrls[0][0])
+
+
+def test_callers_on_several_threads_get_right_results(pool):
+    """Only one caller holds the pool at a time; the others fall back to the thread pool."""
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in range(4)]
+    f = _threaded(lambda x: jnp.exp(-x * x) + x, jnp.asarray(xs[0]))
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(5): results[i] = np.asarray(f(jnp.asarray(xs[i])))
+        except Exception as e:  # surfaced below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors
+    for i, x in enumerate(xs):
+        np.testing.assert_allclose(results[i], np.exp(-x * x) + x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_its_own_workers(pool):
+    x = np.arange(1 << 21, dtype=np.float32)
+    f = _threaded(lambda x: x * 3 - 1, jnp.asarray(x))
+    np.asarray(f(jnp.asarray(x)))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's worker threads are gone
+        ok = np.array_equal(np.asarray(f(jnp.asarray(x))), x * 3 - 1)
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
