@@ -3,8 +3,9 @@ microsecond instead of the 40-80 us a ThreadPoolExecutor round trip measured her
 
 Each worker runs `fnx_worker(ctrl)`, an LLVM function entered once through ctypes (so it holds no GIL): it spins
 on its control block's sequence number, runs the chunk it describes, and publishes the number back as done.
-After a few milliseconds without work it polls with usleep(50) instead of spinning, and after about 0.1 s every
-2 ms (the first chunk after a long idle waits up to that long). The caller fills in the
+After a fraction of a millisecond without work it polls with usleep(50) instead of spinning, and after about
+10 ms it sleeps in 2 ms steps and says so: a caller that finds it asleep runs that kernel through the thread pool
+instead and calls the worker back for the next ones (so a long pause never costs a 2 ms wait). The caller fills in the
 chunk (a kernel's packed entry point, its argument array and loop bounds), bumps the sequence number, runs its own
 chunk, then waits for every worker it used in `fnx_wait` (native too, bounded, so a dead worker is noticed rather
 than waited on forever). One caller at a time: a caller that finds the pool busy falls back to the thread pool.
@@ -19,8 +20,9 @@ import threading
 import numpy as np
 
 SPINS = 20_000   # pause-loop iterations (a few ms) before an idle worker falls back to polling with usleep(50)
-NAPS = 2_000     # polls at 50 us (about 0.1 s) before it polls every 2 ms: an idle process costs well under 1% CPU
-# control block: 0 sequence, 1 done, 2 packed kernel address, 3 argument array address, 4 lo, 5 hi, 6 quit
+NAPS = 200       # polls at 50 us (about 10 ms) before it sleeps in 2 ms steps: an idle process costs under 1% CPU
+# control block: 0 sequence, 1 done, 2 packed kernel address, 3 argument array address, 4 lo, 5 hi, 6 quit,
+# 7 asleep (set by a worker in its 2 ms sleeps; a caller clears it to call the worker back)
 CTRL_WORDS = 8
 
 SOURCE = f"""
@@ -35,12 +37,13 @@ entry:
   %lo.p = getelementptr i64, ptr %ctrl, i64 4
   %hi.p = getelementptr i64, ptr %ctrl, i64 5
   %quit.p = getelementptr i64, ptr %ctrl, i64 6
+  %asleep.p = getelementptr i64, ptr %ctrl, i64 7
   br label %wait
 wait:
-  %last = phi i64 [0, %entry], [%seq, %run]
+  %last = phi i64 [0, %entry], [%seq, %run], [%last, %poked]
   br label %spin
 spin:
-  %n = phi i64 [0, %wait], [%n.next, %pause], [%n.next, %nap]
+  %n = phi i64 [0, %wait], [%n.next, %pause], [%n.next, %nap], [%n.next, %still]
   %seq = load atomic i64, ptr %ctrl acquire, align 8
   %new = icmp ne i64 %seq, %last
   br i1 %new, label %run, label %idle
@@ -51,16 +54,28 @@ idle:
 more:
   %n.next = add i64 %n, 1
   %long = icmp ugt i64 %n.next, {SPINS}
-  br i1 %long, label %nap, label %pause
+  br i1 %long, label %tired, label %pause
 pause:
   call void @llvm.x86.sse2.pause()
   br label %spin
-nap:
+tired:
   %drowsy = icmp ugt i64 %n.next, {SPINS + NAPS}
-  %micros = select i1 %drowsy, i32 2000, i32 50
-  %ignored = call i32 @usleep(i32 %micros)
+  br i1 %drowsy, label %sleep, label %nap
+nap:
+  %ignored = call i32 @usleep(i32 50)
   br label %spin
+sleep:
+  store atomic i64 1, ptr %asleep.p release, align 8
+  %ignored2 = call i32 @usleep(i32 2000)
+  %flag = load atomic i64, ptr %asleep.p acquire, align 8
+  %poke = icmp eq i64 %flag, 0
+  br i1 %poke, label %poked, label %still
+still:
+  br label %spin
+poked:
+  br label %wait
 run:
+  store atomic i64 0, ptr %asleep.p release, align 8
   %fn.i = load i64, ptr %fn.p, align 8
   %argv.i = load i64, ptr %argv.p, align 8
   %lo = load i64, ptr %lo.p, align 8
@@ -115,6 +130,10 @@ class NativePool:
         """Run chunks[1:] of the kernel whose packed entry is `packed` on the workers and chunks[0] by calling
         `own(lo, hi)`; False (nothing run) when another caller holds the pool."""
         if len(chunks) - 1 > len(self.ctrls) or not self.busy.acquire(blocking=False): return False
+        if any(ctrl[7] for ctrl in self.ctrls[:len(chunks) - 1]):  # asleep: call it back, use the thread pool now
+            for ctrl in self.ctrls: ctrl[7] = 0
+            self.busy.release()
+            return False
         try:
             argv = (ctypes.c_void_p * max(len(values), 1))(*values)
             used = []
