@@ -12,6 +12,7 @@ than waited on forever). One caller at a time: a caller that finds the pool busy
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import platform
@@ -161,6 +162,14 @@ def pool(compiler, workers: int) -> NativePool | None:
     if workers < 1 or platform.machine().lower() not in ("x86_64", "amd64"): return None  # `pause` is x86's
     if workers not in _pools: _pools[workers] = NativePool(compiler, workers)
     return _pools[workers]
+
+
+@atexit.register
+def _stop_workers() -> None:
+    """Let the workers leave their loop before interpreter teardown frees the code they run."""
+    for p in _pools.values(): p.close()
+    for p in _pools.values():
+        for t in p.threads: t.join(timeout=0.1)
 
 
 def _forget_after_fork() -> None:  # a forked child has none of the parent's threads: start again when needed
