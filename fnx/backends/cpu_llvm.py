@@ -57,15 +57,19 @@ class ObjectCache:
         return obj if head == self.MAGIC and hashlib.sha256(obj).digest() == digest else None
 
     def store(self, key: str, obj: bytes) -> None:
-        if self.directory is None: return
-        path = self.path(key)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f: f.write(self.MAGIC + hashlib.sha256(obj).digest() + obj)
-            os.replace(tmp, path)
-        except OSError:  # a read-only or full disk only costs the cache
-            pass
+        if self.directory is not None: write_atomically(self.path(key), self.MAGIC + hashlib.sha256(obj).digest() + obj)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write a cache file under a temporary name, then rename it (readers never see half a file). A read-only or
+    full disk only costs the cache: the error is ignored."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f: f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        return
 
 
 class LLVMCompiler:
@@ -251,10 +255,8 @@ class CPUExecutable(Executable):
             values = addresses(ptrs)
             if whole is not None:
                 func(*values, *whole)
-            elif (native := native_pool.pool(self.compiler, self.threads - 1)) is not None and native.run(
-                    self.packed[kernel.name], values, chunks, lambda lo, hi: func(*values, lo, hi)):
-                pass  # the first chunk ran on this thread, the rest on the native workers
-            else:  # the first chunk runs on this thread while the pool runs the rest
+            elif not self._run_on_native_workers(kernel, func, values, chunks):
+                # the native workers are busy or absent: the first chunk runs here while the pool runs the rest
                 jobs = [self.pool.submit(func, *values, lo, hi) for lo, hi in chunks[1:]]
                 func(*values, *chunks[0])
                 for job in jobs: job.result()
@@ -262,6 +264,12 @@ class CPUExecutable(Executable):
                 detail = f" {kernel.name} loops={[r.arg[1] for r in kernel.ranges + kernel.reduce_ranges]}" \
                     if debug >= 2 else ""
                 print(f"fnx: kernel{detail} {1e6 * (time.perf_counter() - start):.1f} us")
+
+    def _run_on_native_workers(self, kernel, func, values: tuple, chunks: tuple) -> bool:
+        """Run the chunks with the native worker pool (the first on this thread); False when it is not available."""
+        native = native_pool.pool(self.compiler, self.threads - 1)
+        return native is not None and native.run(self.packed[kernel.name], values, chunks,
+                                                 lambda lo, hi: func(*values, lo, hi))
 
     def _control(self, step, buffers: list[Buffer], ptrs: list[int]) -> None:
         """Run a control-flow node: its bodies are compiled functions called from a host loop."""

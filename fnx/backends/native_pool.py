@@ -155,11 +155,12 @@ class NativePool:
 
 
 _pools: dict[int, NativePool] = {}
+_X86 = platform.machine().lower() in ("x86_64", "amd64")  # the workers' spin loop uses x86's `pause`
 
 
 def pool(compiler, workers: int) -> NativePool | None:
     """The process's native pool with `workers` workers (None when there is nothing to run on other cores)."""
-    if workers < 1 or platform.machine().lower() not in ("x86_64", "amd64"): return None  # `pause` is x86's
+    if workers < 1 or not _X86: return None
     if workers not in _pools: _pools[workers] = NativePool(compiler, workers)
     return _pools[workers]
 

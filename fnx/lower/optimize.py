@@ -29,6 +29,7 @@ from fnx import dtypes
 from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
+from fnx.rewrite import substitute
 from fnx.uop import Ops, UOp
 
 MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
@@ -122,8 +123,7 @@ def _unroll_reduce(k: Kernel, inner: UOp) -> Kernel:
 
 
 def _substitute_range(root: UOp, r: UOp, value: int) -> UOp:
-    c = UOp.const(INDEX, value)
-    return _rebuild(root, lambda u, src: c if u is r else _same(u, src))
+    return substitute(root, {r: UOp.const(INDEX, value)})
 
 
 def _store_buffers_read(k: Kernel) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fnx import dtypes
 from fnx.dtypes import DType
-from fnx.lower.cost import element_flops, kernel_bytes, kernel_flops, recompute_costs_more
+from fnx.lower.cost import _ranges_in, element_flops, kernel_bytes, kernel_flops, recompute_costs_more
 from fnx.lower.symbolic import simplify_kernel
 from fnx.uop import GroupOp, Ops, UOp, postorder
 
@@ -129,10 +129,6 @@ class _Plan:
     every fused value it computed (the loop nests computing it)."""
     keep: set[UOp] = field(default_factory=set)
     computed_in: dict[UOp, set[_Nest]] = field(default_factory=dict)
-
-
-def _ranges_in(u: UOp) -> set[UOp]:
-    return {n for n in u.toposort if n.op is Ops.RANGE}
 
 
 class KernelBuilder:

@@ -13,7 +13,6 @@ import ctypes
 import hashlib
 import json
 import os
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -22,7 +21,7 @@ import numpy as np
 
 from fnx.config import config
 from fnx.lower.linearize import linearize
-from fnx.lower.optimize import Opt, OptError, apply_opt, devectorize, heuristic_opts
+from fnx.lower.optimize import Opt, OptError, apply_opt, heuristic_opts, optimize
 from fnx.lower.rangeify import Kernel
 from fnx.uop import Ops
 
@@ -69,16 +68,11 @@ def _load(key: str) -> list[Opt] | None:
 
 
 def _store(key: str, opts: list[Opt], seconds: float) -> None:
+    from fnx.backends.cpu_llvm import write_atomically
     path = _cache_path(key)
     if path is None: return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"opts": [[o.op, o.axis, o.amount] for o in opts], "seconds": seconds}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    text = json.dumps({"opts": [[o.op, o.axis, o.amount] for o in opts], "seconds": seconds})
+    write_atomically(path, text.encode())
 
 
 class KernelTimer:
@@ -131,16 +125,6 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return _pools[threads]
 
 
-def _schedule(kernel: Kernel, opts: list[Opt], threads: int) -> list[Kernel]:
-    k = kernel
-    for opt in opts: k = apply_opt(k, opt)
-    k = devectorize(k)
-    if not k.init: return [k]
-    init = k.init[0]
-    for opt in heuristic_opts(init, threads): init = apply_opt(init, opt)
-    return [devectorize(init), replace(k, init=())]
-
-
 def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], float, float]:
     """(best actions, their time, the hand heuristic's time), by timing candidates."""
     timer = KernelTimer(kernel, threads)
@@ -151,7 +135,7 @@ def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], fl
         key = tuple(opts)
         if key not in timings:
             try:
-                timings[key] = timer(_schedule(kernel, opts, threads))
+                timings[key] = timer(optimize(kernel, threads, opts))
             except (OptError, AssertionError, ZeroDivisionError):
                 timings[key] = float("inf")
         return timings[key]
