@@ -12,6 +12,10 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
 - THREAD(axis): split the output loop across the CPU's worker threads (its iterations are independent).
 - SWAP(axis, other): exchange two output loops (their nesting order).
 - SPLIT(axis, k): split a loop into an outer loop of n/k and an inner loop of k (k divides n): with SWAP, tiling.
+- PACK(axis, P): copy the matmul operand that walks output loop `axis` and the reduce loop (B of a @ b, or of
+  a @ b.T: then the copy transposes) into panels of P columns, [n // P][k][n % P], in a kernel that runs first, and read the panels instead:
+  a panel is one contiguous block, so a large power-of-two row stride no longer maps every row of it to the
+  same cache sets, and the hardware prefetcher sees one stream. Comes before every other action.
 - ACCUMULATE(axis): move a reduce loop outermost and accumulate into the output buffer across its iterations
   (the output is first set to the reduction's identity by an init kernel). With SPLIT of the reduce loop this is
   cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache.
@@ -23,9 +27,11 @@ design, with the heuristics' measurements, is in docs/LOWERING.md.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from fnx import dtypes
+from fnx.lower.cost import _ranges_in
 from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
@@ -38,7 +44,7 @@ VECTOR_BYTES = 64             # one AVX-512 register; LLVM splits wider vectors 
 
 @dataclass(frozen=True)
 class Opt:
-    op: str        # VECTORIZE UPCAST UNROLL THREAD SWAP
+    op: str        # VECTORIZE UPCAST UNROLL THREAD SWAP SPLIT ACCUMULATE PACK
     axis: int
     amount: int = 0
 
@@ -156,10 +162,58 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
                    reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(init_kernel, frozenset((r,))))
 
 
+def _operand(k: Kernel, axis: int) -> UOp | None:
+    """The factor of a matmul-like kernel's product that walks output loop `axis` and the reduce loop and no other
+    loop (B of a @ b for the unit-stride output loop, a relu mask and all), or None."""
+    if not 0 <= axis < len(k.ranges) or len(k.reduce_ranges) != 1: return None
+    n, red = k.ranges[axis], k.reduce_ranges[0]
+    reductions = [u for u in k.sink.toposort if u.op is Ops.REDUCE]
+    if len(reductions) != 1 or reductions[0].arg[0] is not Ops.ADD: return None
+    body = reductions[0].src[0]
+    while body.op is Ops.CAST: body = body.src[0]
+    if body.op is not Ops.MUL: return None
+    walking = [f for f in body.src if n in _ranges_in(f)]
+    if len(walking) != 1 or not {n, red} == _ranges_in(walking[0]): return None
+    return walking[0]
+
+
+def _pack(k: Kernel, opt: Opt) -> Kernel:
+    """PACK(axis, P): the factor of the product that walks output loop n = `axis` and the reduce loop (_operand)
+    is computed into panels [n // P][k][n % P] by a prelude kernel; the kernel reads those instead."""
+    if any(o.op != "PACK" for o in k.opts) or k.lanes or k.init or k.thread_range >= 0:
+        raise OptError(f"{opt}: PACK comes before every other action")
+    if (b := _operand(k, opt.axis)) is None:
+        raise OptError(f"{opt}: no factor of a product walks loop {opt.axis} and the reduce loop alone")
+    n, red, width = k.ranges[opt.axis], k.reduce_ranges[0], opt.amount
+    if not 2 <= width <= n.arg[1]: raise OptError(f"{opt}: amount must be in [2, {n.arg[1]}]")
+    n_panels, depth = -(-n.arg[1] // width), red.arg[1]
+    size, pos = n_panels * width * depth, len(k.args)
+    panels = UOp(Ops.PARAM, b.dtype, (), (pos, (size,), None))
+    jo, kk, p = (UOp(Ops.RANGE, INDEX, (), (i, s)) for i, s in enumerate((n_panels, depth, width)))
+    column = jo * width + p
+    value = substitute(b, {n: column, red: kk})
+    if n.arg[1] % width:  # the last panel is padded with zeros, and no load reads past the operand's columns
+        valid = column < n.arg[1]
+
+        def gate(u: UOp, src: tuple) -> UOp:
+            out = _same(u, src)
+            if u.op is not Ops.LOAD: return out
+            return UOp(Ops.LOAD, u.dtype, (*out.src[:2], _and(out.src[2] if len(out.src) > 2 else None, valid)), u.arg)
+        value = valid.alu(Ops.WHERE, _rebuild(value, gate), UOp.const(b.dtype, 0))
+    copy = UOp(Ops.SINK, dtypes.bool_, (UOp(Ops.STORE, dtypes.bool_, (panels, (jo * depth + kk) * width + p,
+                                                                       value)),))
+    args = k.args + [-1 - len(k.prelude)]  # a placeholder: optimize() gives the panels a buffer of the schedule
+    # rows of the operand outermost: the copy reads it in order and writes one stream per panel
+    pack = Kernel(f"{k.name}_pack{len(k.prelude)}", simplify_kernel(copy), args, [kk, jo, p], [])
+    read = UOp(Ops.LOAD, b.dtype, (panels, (n // width * depth + red) * width + n % width))
+    return replace(k, sink=simplify_kernel(substitute(k.sink, {b: read})), args=args, prelude=k.prelude + (pack,))
+
+
 def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     axes = k.ranges + k.reduce_ranges
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: kernel has {len(axes)} loops")
     r, is_output = axes[opt.axis], opt.axis < len(k.ranges)
+    if opt.op == "PACK": return replace(_pack(k, opt), opts=k.opts + (opt,))
     k = replace(k, opts=k.opts + (opt,))
     if k.init and r in k.init[1] and opt.op in ("THREAD", "UPCAST", "VECTORIZE"):
         raise OptError(f"{opt}: the accumulation loop runs in order")
@@ -246,6 +300,32 @@ def _largest_divisor(n: int, limit: int) -> int:
 L2_BYTES = 1 << 20   # per core (Zen 4); a k-slab of matmul operands should stay in it
 ACC_K = 256          # the k-slab when accumulating in the output
 N_BLOCK = 8          # vector panels of B per column block (8 x 32 floats x 256 k = 256 KiB)
+PACK_REUSE = 512     # rows that read B's panels: from here packing B costs under ~10% of the matmul and wins
+                     # 15-100% (measured at 512..4096: 250-350 vs 120-290 GFLOP/s); at 256 rows it loses
+
+
+def _transposed_operand(k: Kernel) -> UOp | None:
+    """B of a matmul-like kernel when it walks the output's unit-stride loop with another stride (B of a @ b.T)
+    and nothing else walks that loop contiguously: packing it into panels makes it a plain matmul."""
+    if len(k.sink.src) != 1 or (b := _operand(k, len(k.ranges) - 1)) is None: return None
+    inner, red = k.ranges[-1], k.reduce_ranges[0]
+    if _stride(k.sink.src[0].src[1], inner) != 1: return None
+    loads = [u for u in b.toposort if u.op is Ops.LOAD]
+    if any(_stride(ld.src[1], inner) == 1 for ld in loads) or not loads: return None
+    return b
+
+
+def _with_lanes_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
+    """`opts` with PACK of B in front when it applies and pays (see PACK_REUSE), in panels of the lanes."""
+    axis = len(k.ranges) - 1
+    lanes = [o.amount for o in opts if o.op == "VECTORIZE"]  # a matmul's one: along B's output loop
+    reuse = math.prod(r.arg[1] for r in k.ranges[:-1])
+    if not lanes or not (pack_always or reuse >= PACK_REUSE): return opts
+    try:
+        apply_opt(k, Opt("PACK", axis, lanes[0]))
+    except OptError:
+        return opts
+    return [Opt("PACK", axis, lanes[0])] + opts
 
 
 def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
@@ -253,6 +333,15 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
     matmul-like reductions, threads on the outermost independent loop."""
     opts: list[Opt] = []
     if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
+    if (b := _transposed_operand(k)) is not None and math.prod(r.arg[1] for r in k.ranges[:-1]) >= 8:
+        # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
+        red, inner = k.reduce_ranges[0], k.ranges[-1]
+        some = next(u for u in b.toposort if u.op is Ops.LOAD)
+        plain = replace(k, sink=substitute(k.sink, {b: UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))}))
+        opts = heuristic_opts(plain, threads)
+        if any(o.op == "PACK" for o in opts): return opts
+        if (packed := _with_lanes_first(k, opts, pack_always=True)) is not opts: return packed
+        opts = []
     stores = list(k.sink.src)
     w = _lane_width(k)
     inner = k.ranges[-1] if k.ranges else None
@@ -287,6 +376,7 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
                 # column blocks: the k-slab of B for N_BLOCK panels stays in L2 while every row block walks it
                 opts += [Opt("SPLIT", n_out - 1, N_BLOCK), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
+        opts = _with_lanes_first(k, opts, pack_always=False)
     else:
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
@@ -346,18 +436,26 @@ class schedule_override:
         _overrides.remove(self.choose)
 
 
-def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None) -> list[Kernel]:
+def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None, new_buffer=None) -> list[Kernel]:
     """The schedule of one kernel for a CPU with `threads` worker threads: `opts` when given, else the BEAM
-    search's cached choice (FNX_BEAM) or the hand heuristics."""
+    search's cached choice (FNX_BEAM) or the hand heuristics. Returns the kernels to run in order: PACK's copies,
+    ACCUMULATE's init kernel, then the kernel itself. `new_buffer(dtype, size) -> buffer id` gives PACK's panels
+    a buffer of the schedule (without it they keep placeholder ids, -1 and down, at the end of the arguments)."""
     if opts is None and _overrides: opts = _overrides[-1](kernel, threads)  # None: no override for this kernel
     if opts is None:
         from fnx.lower.search import searched_opts
         opts = searched_opts(kernel, threads)
     if opts is None: opts = heuristic_opts(kernel, threads)
     k = apply_opts(kernel, opts)
-    if not k.init: return [k]
-    init = k.init[0]
-    return [apply_opts(init, heuristic_opts(init, threads)), replace(k, name=f"{kernel.name}_acc", init=())]
+    out = [apply_opts(p, heuristic_opts(p, threads)) for p in k.prelude]
+    if k.init: out.append(apply_opts(k.init[0], heuristic_opts(k.init[0], threads)))
+    out.append(replace(k, name=f"{kernel.name}_acc" if k.init else k.name, init=(), prelude=()))
+    if new_buffer is None or not k.prelude: return out
+    ids = {}
+    for p in k.prelude:  # each prelude kernel writes one placeholder buffer
+        st = p.sink.src[0]
+        ids[p.args[st.src[0].arg[0]]] = new_buffer(st.src[2].dtype, st.src[0].arg[1][0])
+    return [replace(x, args=[ids.get(a, a) for a in x.args]) for x in out]
 
 
 __all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize",

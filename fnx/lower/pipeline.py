@@ -14,7 +14,7 @@ from fnx.debug.printing import format_function
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
 from fnx.lower.optimize import optimize
-from fnx.lower.rangeify import ControlStep, Kernel, Schedule, rangeify
+from fnx.lower.rangeify import BufferSpec, ControlStep, Kernel, Schedule, rangeify
 from fnx.lower.symbolic import simplify_graph
 from fnx.lower.transcendental import transcendental
 from fnx.rewrite import graph_rewrite, substitute
@@ -90,6 +90,14 @@ class Lowering:
         return "\n".join(parts)
 
 
+def _new_buffer(schedule: Schedule):
+    """A callback giving the schedule a new intermediate buffer (PACK's panels) and returning its id."""
+    def new(dtype: dtypes.DType, size: int) -> int:
+        schedule.buffers.append(BufferSpec(dtype, size, "intermediate"))
+        return len(schedule.buffers) - 1
+    return new
+
+
 def lower(fn: UOp, threads: int) -> Lowering:
     fn = callify(fn)
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
@@ -101,7 +109,7 @@ def lower(fn: UOp, threads: int) -> Lowering:
             kernels.append((kernel, None))
             continue
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
-        kernels.extend((k, linearize(k)) for k in optimize(kernel, threads))
+        kernels.extend((k, linearize(k)) for k in optimize(kernel, threads, new_buffer=_new_buffer(schedule)))
     return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))
 
 

@@ -55,6 +55,7 @@ class Kernel:
     lanes: tuple = ()            # RANGEs computed as vector lanes of one width, not loops (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
     init: tuple = ()             # (init kernel, loops that run in order) of an accumulating kernel (optimize)
+    prelude: tuple = ()          # kernels that run first: PACK's copies of operands into panels (optimize)
 
     @property
     def work(self) -> int:

@@ -40,6 +40,7 @@ def candidate_actions(k: Kernel) -> list[Opt]:
             if op == "UPCAST" and not out or op == "UNROLL" and out: continue
             acts += [Opt(op, i, a) for a in _AMOUNTS[op] if a <= r.arg[1]]
         if out: acts.append(Opt("THREAD", i))
+        if out and not k.opts: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg[1]]
         if out: acts += [Opt("SWAP", i, j) for j in range(i + 1, n_out)]
         if not out: acts.append(Opt("ACCUMULATE", i))
     return acts
@@ -82,18 +83,24 @@ class KernelTimer:
         from fnx.backends.cpu_llvm import _compiler
         self.compiler, self.threads = _compiler(), threads
         self.pool = _pool(threads) if threads > 1 else None
+        self.rng, self.buffers = np.random.default_rng(0), []
+        self._allocate(kernel)
+
+    def _allocate(self, kernel: Kernel) -> None:
+        """Random host buffers for the kernel's arguments that have none yet, or too small a one (PACK's panels
+        come last, and their size depends on the schedule)."""
         params = {u.arg[0]: u for u in kernel.sink.toposort if u.op is Ops.PARAM}
-        rng = np.random.default_rng(0)
-        self.buffers = []
-        for i in range(max(len(kernel.args), 1)):
-            p = params.get(i)
-            size, dtype = (p.arg[1][0], p.dtype) if p is not None else (1, None)
-            host = (rng.standard_normal(size) if dtype is not None and dtype.is_float else rng.integers(0, 2, size))
-            self.buffers.append(np.ascontiguousarray(host.astype(dtype.np if dtype is not None else np.float32)))
+        self.buffers += [np.zeros(1, np.float32)] * (max(len(kernel.args), 1) - len(self.buffers))
+        for i, p in params.items():
+            size, dtype = p.arg[1][0], p.dtype
+            if self.buffers[i].size >= size and self.buffers[i].dtype == dtype.np: continue
+            host = self.rng.standard_normal(size) if dtype.is_float else self.rng.integers(0, 2, size)
+            self.buffers[i] = np.ascontiguousarray(host.astype(dtype.np))
 
     def __call__(self, kernels: list[Kernel]) -> float:
         from fnx.backends.llvm_render import render_module
         kernels = [replace(k, name=f"beam{i}") for i, k in enumerate(kernels)]
+        for k in kernels: self._allocate(k)
         engine, _ = self.compiler.compile(render_module([(k, linearize(k)) for k in kernels]))
         launches = []
         for k in kernels:

@@ -16,6 +16,7 @@ from fnx.lower.search import candidate_actions
 
 
 def _matmul(a, b): return a @ b
+def _matmul_t(a, b): return jnp.maximum(a @ b.T, 0)
 def _gelu(x, b): return 0.5 * (x + b) * (1 + jnp.tanh(0.79788456 * (x + b)))
 def _row_softmax(x, b): return fnx.nn.softmax(x + b, axis=-1)
 def _col_sum(x, b): return (x * b).sum(axis=0)
@@ -37,6 +38,8 @@ PROGRAMS = {  # name -> (function, arguments): odd sizes on purpose, so masks an
     "matmul": (_matmul, (RNG.standard_normal((24, 40)).astype(np.float32),
                          RNG.standard_normal((40, 48)).astype(np.float32))),
     "matmul_f64": (_matmul, (RNG.standard_normal((12, 20)), RNG.standard_normal((20, 9)))),
+    "matmul_t": (_matmul_t, (RNG.standard_normal((10, 13)).astype(np.float32),
+                             RNG.standard_normal((37, 13)).astype(np.float32))),
     "gelu": (_gelu, (RNG.standard_normal((6, 37)).astype(np.float32), RNG.standard_normal(37).astype(np.float32))),
     "softmax": (_row_softmax, (RNG.standard_normal((5, 50)).astype(np.float32),
                                RNG.standard_normal((5, 50)).astype(np.float32))),
@@ -102,7 +105,7 @@ def _random_schedule(draw_index):
 
 SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1, 7), Opt("UPCAST", 0, 2),
           Opt("UPCAST", 0, 3), Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
-          Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1)]
+          Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7)]
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -149,6 +152,32 @@ def test_heuristics_register_block_matmul():
     kernel = rangeify(callify(fn)).kernels[0]
     ops = [o.op for o in heuristic_opts(kernel, threads=2)]
     assert "VECTORIZE" in ops and "UPCAST" in ops
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["a@b", "a@b.T"])
+def test_heuristics_pack_b_into_panels(transposed):
+    """A matmul with many rows, and any a @ b.T, reads B from panels a prelude kernel packs; the result is the
+    product (against numpy in float64) and the panels are a planned intermediate buffer."""
+    a = RNG.standard_normal((520, 40)).astype(np.float32)
+    b = RNG.standard_normal((72, 40) if transposed else (40, 72)).astype(np.float32)
+    fn = (lambda a, b: a @ b.T) if transposed else (lambda a, b: a @ b)
+    lowered = fnx.jit(fn).lower(jnp.asarray(a), jnp.asarray(b))
+    text = lowered.as_text("optimize")
+    assert "PACK(" in text and "_pack0" in text
+    assert lowered.as_text("memory").startswith("1 intermediate buffers")
+    want = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
+    got = _run(lowered.traced.fn, [a, b], lambda k, t: None)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_pack_is_refused_where_it_does_not_fit():
+    fn, _ = _traced("matmul")
+    kernel = rangeify(callify(fn)).kernels[0]
+    for bad in (Opt("PACK", 2, 8), Opt("PACK", 1, 1), Opt("PACK", 1, 49)):  # a reduce loop; too narrow; wide
+        with pytest.raises(OptError):
+            apply_opt(kernel, bad)
+    with pytest.raises(OptError):  # PACK comes first
+        apply_opt(apply_opt(kernel, Opt("VECTORIZE", 1, 16)), Opt("PACK", 1, 16))
 
 
 def test_vector_lanes_reach_llvm():

@@ -7,8 +7,9 @@ import fnx.numpy as jnp
 from assertions import mlp_step as _step
 
 # kernels in the compiled step (forward, backward and the SGD update of a 2-layer MLP); change it on purpose only:
-MLP_STEP_KERNELS = 12  # 27 with no fusion of reductions, 15 before matmuls took their elementwise epilogues,
-#                        13 before exp got cheaper (the cost model then fuses the log-softmax pieces differently)
+MLP_STEP_KERNELS = 13  # 27 with no fusion of reductions, 15 before matmuls took their elementwise epilogues,
+#                        13 before exp got cheaper (the cost model then fuses the log-softmax pieces differently),
+#                        12 before the optimizer's PACK: g @ w2.T now reads w2 from panels a small copy kernel writes
 
 
 def _numpy_step(p, x, onehot):
