@@ -402,7 +402,8 @@ def softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     x = _as_float(x)
     unnormalized = jnp._exp_nonpositive(x - _masked_max(x, axis, where))
     if where is not None: unnormalized = jnp.where(where, unnormalized, 0)
-    return unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True, where=where)
+    # one reciprocal per row and a multiply per element (a vector division costs ~10x a multiply)
+    return unnormalized * lax.recip(jnp.sum(unnormalized, axis=axis, keepdims=True, where=where))
 
 
 @eager_op

@@ -215,6 +215,10 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     r, is_output = axes[opt.axis], opt.axis < len(k.ranges)
     if opt.op == "PACK": return replace(_pack(k, opt), opts=k.opts + (opt,))
     k = replace(k, opts=k.opts + (opt,))
+    rows = k.row_ranges
+    if rows is not None and ((r in rows) != (opt.op == "THREAD") or opt.op == "SWAP" and (
+            {k.ranges[opt.axis], k.ranges[opt.amount % len(k.ranges)]} & set(rows))):
+        raise OptError(f"{opt}: the kernel's row loops stay outermost, and only they are thread-split")
     if k.init and r in k.init[1] and opt.op in ("THREAD", "UPCAST", "VECTORIZE"):
         raise OptError(f"{opt}: the accumulation loop runs in order")
     if opt.op == "THREAD":
@@ -238,7 +242,7 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
             raise OptError(f"{opt}: the kernel's lanes are {k.lanes[0].arg[1]} wide")
         if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
         k, _, inner = _split(k, r, amount)
-        if k.lanes and any(len(d & {inner, *k.lanes}) > 1 for d in range_deps(k.sink).values()):
+        if k.lanes and any(len(d & {inner, *k.lanes}) > 1 for u, d in range_deps(k.sink).items() if u.op is not Ops.SINK):
             raise OptError(f"{opt}: a value would vary along two lane ranges")
         k = replace(k, ranges=[x for x in k.ranges if x is not inner],
                     reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=k.lanes + (inner,))
@@ -342,7 +346,7 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
         if any(o.op == "PACK" for o in opts): return opts
         if (packed := _with_lanes_first(k, opts, pack_always=True)) is not opts: return packed
         opts = []
-    stores = list(k.sink.src)
+    stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's stores walk the rows' reductions)
     w = _lane_width(k)
     inner = k.ranges[-1] if k.ranges else None
     store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)

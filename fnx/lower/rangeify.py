@@ -15,6 +15,13 @@ kernel for the optimizer); and one kernel computes it. The last condition, like 
 over the whole function: `rangeify` splits, finds the fused values computed in several places at a cost, gives
 buffers to those whose buffer saves the most (`_recomputed`), and splits again until nothing changes.
 
+A stash saves the buffer of such a recomputed value when one kernel computes it twice: once in a fused reduction
+over rows of the kernel's own output and once in the output loops at the same element (softmax's exp(x - max),
+summed and then divided). The reduction's loop also stores the value into the output row, and the output loop
+reads it back from there and overwrites it: one exp per element and no intermediate buffer, the row still in
+cache (`KernelBuilder._stashed`). The rows must be the kernel's outer loops (`Kernel.row_ranges`): the optimizer
+then keeps them outermost and splits only them across threads. One stash per kernel.
+
 A kernel here is loops (RANGE) over one realized value: LOADs from buffers, scalar ALU ops, REDUCEs (each with
 its own RANGEs, in REDUCE.src[1:]; linearize nests each at the output loops it depends on), and a STORE.
 """
@@ -56,6 +63,9 @@ class Kernel:
     opts: tuple = ()             # the optimization actions applied (set by optimize)
     init: tuple = ()             # (init kernel, loops that run in order) of an accumulating kernel (optimize)
     prelude: tuple = ()          # kernels that run first: PACK's copies of operands into panels (optimize)
+    row_ranges: tuple | None = None  # with a stash (module doc): the output loops that must enclose the others (it
+                                     # is written and read back within one of their iterations), the only ones
+                                     # that may be thread-split
 
     @property
     def work(self) -> int:
@@ -129,6 +139,7 @@ class _Plan:
     """The whole-function fusion decision: fused values that get a buffer anyway, and where the last split put
     every fused value it computed (the loop nests computing it)."""
     keep: set[UOp] = field(default_factory=set)
+    stash: set[UOp] = field(default_factory=set)
     computed_in: dict[UOp, set[_Nest]] = field(default_factory=dict)
 
 
@@ -139,7 +150,11 @@ class KernelBuilder:
         self.schedule, self.plan = schedule, plan
         self.args: list[int] = []
         self.memo: dict[tuple, UOp] = {}
-        self.nest = _Nest(list(ranges), self)
+        self.nest = self.top = _Nest(list(ranges), self)
+        self.root: UOp | None = None                        # the realized node and its buffer (set by _kernel_for)
+        self.root_buffer, self.out_idx = -1, ()
+        self.stash_reads: set[UOp] = set()                  # stashed values read back at the output index
+        self.stash_writes: dict[UOp, tuple] = {}            # stashed value -> (index, STORE into the output)
         self.next_range = len(ranges)                       # range ids are unique within a kernel
         self.reduce_ranges: list[UOp] = []
         self.seen_at: dict[tuple[_Nest, UOp], set] = {}     # the index tuples a node was computed at, per nest
@@ -162,10 +177,41 @@ class KernelBuilder:
             out = self.load(buf, linear_index(idx, u.shape), gate)
         elif u.op in _ALWAYS_REALIZED or _is_control_output(u) or u in self.plan.keep:
             raise _Realize(u)
+        elif u in self.plan.stash and self.root is not None:
+            out = self._stashed(u, idx, gate)
         else:
             out = self.compute(u, idx, gate)
         self.memo[key] = out
         return out
+
+    def _stashed(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        """A stashed value: computed once, in the fused reduction that reads it, and stored there into the
+        kernel's own output at the same element; read back from there by the output loops (module docstring)."""
+        if (self.stash_reads | set(self.stash_writes)) - {u}: raise _Realize(u)  # one stash per kernel
+        if gate is None and self.nest is self.top and idx == self.out_idx:
+            self.stash_reads.add(u)
+            return self.load(self.root_buffer, linear_index(idx, u.shape), None)
+        if gate is None and self.nest is not self.top and u not in self.stash_writes:
+            value = self.compute(u, idx)
+            self.stash_writes[u] = (idx, _store(self, self.root_buffer, linear_index(idx, u.shape), value))
+            return value
+        raise _Realize(u)  # read anywhere else: it gets a buffer of its own
+
+    def stash_stores(self) -> tuple[list[UOp], tuple[UOp, ...] | None]:
+        """The stash's STOREs and the output loops that must enclose the others, once the kernel is built; a
+        stash that is not both written in a reduction over the output's own rows and read back is realized."""
+        if not self.stash_reads and not self.stash_writes: return [], None
+        rows: set[UOp] = set()
+        for u in self.stash_reads | set(self.stash_writes):
+            if u not in self.stash_reads or u not in self.stash_writes: raise _Realize(u)
+            idx = self.stash_writes[u][0]
+            if not all(i is o or (i.op is Ops.RANGE and i in self.reduce_ranges) for i, o in zip(idx, self.out_idx)):
+                raise _Realize(u)
+            rows |= {i for i, o in zip(idx, self.out_idx) if i is o and i.op is Ops.RANGE}
+        prefix = tuple(self.top.loops[:len(rows)])
+        if set(prefix) != rows:  # the rows must be the outer loops, or a later row would overwrite the stash
+            raise _Realize(next(iter(self.stash_writes)))
+        return [st for _, st in self.stash_writes.values()], prefix
 
     def repeats(self, idx: tuple[UOp, ...]) -> int:
         """How often the current nest computes each element at idx: the iterations of the loops outside the
@@ -312,14 +358,16 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Ke
     if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule, plan)
     out_idx, ranges = _ranges(u.shape, 0)
     builder = KernelBuilder(schedule, ranges, plan)
+    builder.root, builder.root_buffer, builder.out_idx = u, buf_id, out_idx
     if not u.size: value = UOp.const(u.dtype, 0)
     elif u.op is Ops.REDUCE: value = builder.reduce(u, out_idx)
     elif u.op is Ops.CONTIGUOUS: value = builder.value(u.src[0], out_idx)
     else: value = builder.compute(u, out_idx)
-    sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, linear_index(out_idx, u.shape), value),))
+    stash, rows = builder.stash_stores()
+    sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, linear_index(out_idx, u.shape), value), *stash))
     _finish(builder)
     name = f"{'r' if builder.reduce_ranges else 'E'}_{'_'.join(map(str, u.shape)) or 'scalar'}"
-    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges)]
+    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges, row_ranges=rows)]
 
 
 def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:
@@ -385,6 +433,16 @@ def _control_step(node: UOp, schedule: Schedule) -> ControlStep:
     return ControlStep(node, [schedule.realized[v] for v in values], outputs, f"{node.op.name.lower()}")
 
 
+def _stashable(u: UOp, nests: set[_Nest]) -> bool:
+    """Whether fused value u, computed in a reduction of a kernel and again in that kernel's output loops, can
+    be stashed in the kernel's output instead of getting a buffer: the output has u's shape and dtype."""
+    builders = {n.kernel for n in nests}
+    if len(nests) != 2 or len(builders) != 1: return False
+    b = builders.pop()
+    return (b.root is not None and b.root.op not in _OWN_BUFFER and b.top in nests and b.root.shape == u.shape
+            and b.root.dtype == u.dtype)
+
+
 def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
     """Fused values the last split computed in several places at a cost worth a buffer: a REDUCE in several
     kernels, or elementwise work in several loop nests that costs more than a buffer (cost.recompute_costs_more).
@@ -425,7 +483,8 @@ def rangeify(fn: UOp) -> Schedule:
         schedule = _split(fn, plan)
         more = _recomputed(plan, schedule.realized)
         if not more: return schedule
-        plan = _Plan(plan.keep | more)
+        stash = {u for u in more if u not in plan.stash and _stashable(u, plan.computed_in[u])}
+        plan = _Plan(plan.keep | (more - stash), plan.stash | stash)
 
 
 def _split(fn: UOp, plan: _Plan) -> Schedule:
