@@ -3,19 +3,24 @@ ctypes on host buffers. A kernel whose outer loop is thread-split runs in chunks
 the GIL while native code runs)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import operator
 import os
+import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import llvmlite
+import llvmlite.binding as llvm
 import numpy as np
 
 from fnx.backends.device import Backend, Buffer, Executable, HostPool, Pending, Stream
 from fnx.backends import native_pool
-from fnx.backends.llvm_render import render_module
+from fnx.backends.llvm_render import module_source, render_function
 from fnx.config import config
 from fnx.lower.memory import donation_aliases
 from fnx.lower.pipeline import STAGES, Lowering, lower
@@ -72,46 +77,146 @@ def write_atomically(path: str, data: bytes) -> None:
         return
 
 
+_llvm_thread = ThreadPoolExecutor(1, thread_name_prefix="fnx-llvm")  # every LLVM call of fnx, in order
+
+
+def _llvm_idle() -> None:
+    """Before a fork: let the LLVM thread finish what it runs (a child must not inherit LLVM mid-call)."""
+    try:
+        _llvm_thread.submit(lambda: None).result()
+    except RuntimeError:  # the interpreter is shutting down: nothing runs there any more
+        pass
+
+
+def _llvm_restart() -> None:
+    """In a forked child: the parent's LLVM thread is not there; start another."""
+    global _llvm_thread
+    _llvm_thread = ThreadPoolExecutor(1, thread_name_prefix="fnx-llvm")
+
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(before=_llvm_idle, after_in_child=_llvm_restart)
+
+
 class LLVMCompiler:
     """llvmlite: parse, optimize at O2 with the SLP vectorizer, and JIT for the host CPU; machine code
     is kept in the on-disk ObjectCache (FNX_CACHE_DIR), so a warm process skips LLVM's optimizer and code
-    generator."""
+    generator.
+
+    All of it runs on one thread of its own (`submit` returns a future): LLVM compiles a module while the caller
+    lowers the next kernels (the ctypes calls into LLVM release the GIL), and no two LLVM calls of fnx ever run
+    at once. Setting LLVM up for the host CPU is the thread's first job (loading its library is part of
+    `import fnx`, as loading XLA is part of `import jax`).
+    """
 
     def __init__(self):
-        import llvmlite
-        import llvmlite.binding as llvm
+        self._ready = _llvm_thread.submit(self._setup)
+
+    def _setup(self) -> None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
         self.target, self.machine_options = target, dict(cpu=cpu, features=features, opt=3)
-        self.machine = target.create_target_machine(**self.machine_options)
-        self.cache = ObjectCache(config.cache_dir, f"{llvm.get_default_triple()} {cpu} {features} llvmlite "
-                                                   f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
+        self._machine = target.create_target_machine(**self.machine_options)
+        self._cache = ObjectCache(config.cache_dir, f"{llvm.get_default_triple()} {cpu} {features} llvmlite "
+                                                    f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
+
+    @property
+    def cache(self) -> ObjectCache:
+        self._ready.result()
+        return self._cache
 
     def compile(self, source: str):
+        """(engine, module) of LLVM IR `source`, compiled on the LLVM thread."""
+        return self.submit(source).result()
+
+    def submit(self, source: str):
+        return _llvm_thread.submit(self._compile, source)
+
+    def assembly(self, modules: list) -> str:
+        return _llvm_thread.submit(lambda: "\n".join(self._machine.emit_assembly(m) for m in modules)).result()
+
+    def _compile(self, source: str):
+        self._ready.result()
         llvm = self.llvm
         module = llvm.parse_assembly(source)
         module.verify()
-        key = self.cache.key(source)
-        cached = self.cache.load(key)
+        key = self._cache.key(source)
+        cached = self._cache.load(key)
         if cached is None:
-            self.cache.misses += 1
+            self._cache.misses += 1
             # vectors are explicit in the IR (the optimizer's lanes): LLVM's loop vectorizer is not needed, and O2
             # compiles about 15% faster than O3 with no measured loss; SLP still packs unrolled scalar code
             tuning = llvm.create_pipeline_tuning_options(speed_level=2)
             tuning.loop_vectorization, tuning.slp_vectorization = False, True
-            builder = llvm.create_pass_builder(self.machine, tuning)
+            builder = llvm.create_pass_builder(self._machine, tuning)
             builder.getModulePassManager().run(module, builder)
         else:
-            self.cache.hits += 1
+            self._cache.hits += 1
         # the engine owns the target machine it is given and destroys it with itself: give each its own
         engine = llvm.create_mcjit_compiler(module, self.target.create_target_machine(**self.machine_options))
-        engine.set_object_cache(notify_func=lambda _, obj: self.cache.store(key, obj) if cached is None else None,
+        engine.set_object_cache(notify_func=lambda _, obj: self._cache.store(key, obj) if cached is None else None,
                                 getbuffer_func=lambda _: cached)
         engine.finalize_object()
         return engine, module
+
+
+_handoffs = {"depth": 0, "saved": 0.005}
+_handoffs_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _quick_gil_handoffs(interval: float = 0.001):
+    """While lowering runs Python on this thread, the LLVM thread returns from each call into LLVM needing the
+    GIL back: a 1 ms switch interval instead of Python's 5 ms lets it continue sooner (measured: the first call of
+    the MLP step 0.25 -> 0.23 s). Nested and concurrent compiles restore the interval once, at the end."""
+    with _handoffs_lock:
+        if _handoffs["depth"] == 0:
+            _handoffs["saved"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(interval, _handoffs["saved"]))
+        _handoffs["depth"] += 1
+    try:
+        yield
+    finally:
+        with _handoffs_lock:
+            _handoffs["depth"] -= 1
+            if _handoffs["depth"] == 0: sys.setswitchinterval(_handoffs["saved"])
+
+
+class _Modules:
+    """Kernels rendered as lowering finishes them and compiled a module at a time on the LLVM thread."""
+    CHUNK = 16_000  # characters of IR per module: a module costs ~2.5 ms of fixed LLVM work
+
+    def __init__(self, compiler: LLVMCompiler):
+        self.compiler, self.pending, self.size = compiler, [], 0
+        self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (engine, module))
+        self.sources: list[str] = []
+
+    def add(self, kernels: list) -> None:
+        for kernel, lines in kernels:
+            if lines is None: continue
+            text, declares = render_function(kernel, lines)
+            self.pending.append((kernel.name, text, declares))
+            self.size += len(text)
+        if self.size >= self.CHUNK: self.flush()
+
+    def flush(self) -> None:
+        if not self.pending: return
+        source = module_source([(t, d) for _, t, d in self.pending])
+        self.sources.append(source)
+        self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit(source)))
+        self.pending, self.size = [], 0
+
+    def finish(self) -> tuple[dict, list]:
+        """{kernel name: its engine} and the modules, once every module is compiled."""
+        self.flush()
+        engine_of, modules = {}, []
+        for names, job in self.jobs:
+            engine, module = job.result()
+            modules.append(module)
+            engine_of.update((n, engine) for n in names)
+        return engine_of, modules
 
 
 class CPUExecutable(Executable):
@@ -134,13 +239,15 @@ class CPUExecutable(Executable):
                  memory: HostPool, stream: Stream):
         self.fn, self.device, self.pool, self.threads = fn, device, pool, threads
         self.memory, self.stream = memory, stream
-        self.lowering: Lowering = lower(fn, threads)
-        compiled = [(k, lines) for k, lines in self.lowering.kernels if lines is not None]
-        self.source = render_module(compiled) if compiled else ""
+        modules = _Modules(compiler)  # LLVM compiles the first kernels while the later ones are lowered
+        with _quick_gil_handoffs():
+            self.lowering: Lowering = lower(fn, threads, emit=modules.add)
+            engine_of, self.modules = modules.finish()
+        self.source = "\n\n".join(modules.sources)
         if config.debug >= 3:
             for stage in STAGES: print(f"--- {stage} ---\n{self.lowering.as_text(stage)}")
         if config.debug >= 4: print(self.source)
-        self.engine, self.module = compiler.compile(self.source) if self.source else (None, None)
+        self.engines = list(dict.fromkeys(engine_of.values()))  # the code must live as long as this executable
         # per step: (kernel, ctypes function or None for a host step, its argument addresses from a call's list of
         # addresses, its whole loop range when it runs as one piece, else None, and its thread chunks)
         self.launches: list[tuple] = []
@@ -152,14 +259,14 @@ class CPUExecutable(Executable):
                 continue
             nargs = max(len(kernel.args), 1)
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)
-            func = proto(self.engine.get_function_address(kernel.name))
+            func = proto(engine_of[kernel.name].get_function_address(kernel.name))
             outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
             step = -(-outer // threads) if kernel.thread_range >= 0 else outer
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
             addresses = operator.itemgetter(*args) if len(args) > 1 else lambda ptrs, b=args[0]: (ptrs[b],)
             if len(chunks) > 1:  # the native pool calls the kernel through its packed entry point
-                self.packed[kernel.name] = self.engine.get_function_address(f"{kernel.name}_packed")
+                self.packed[kernel.name] = engine_of[kernel.name].get_function_address(f"{kernel.name}_packed")
             self.launches.append((kernel, func, addresses, chunks[0] if len(chunks) == 1 else None, chunks))
         self.has_control = any(func is None for _, func, _, _, _ in self.launches)
         self.work = sum(k.work for k, func, _, _, _ in self.launches if func is not None)
@@ -298,15 +405,19 @@ class CPUExecutable(Executable):
         return "\n\n".join(stages + [f"--- llvm ---\n{self.source}"])
 
     def compiler_asm(self) -> str:
-        return _compiler().machine.emit_assembly(self.module) if self.module is not None else ""
+        return _compiler().assembly(self.modules)
 
 
 _state: dict = {}
 _scans: dict = {}   # SCAN node -> its compiled native loop (None: runs from the host loop)
 
 
+_state_lock = threading.Lock()
+
+
 def _compiler() -> LLVMCompiler:
-    if "compiler" not in _state: _state["compiler"] = LLVMCompiler()
+    with _state_lock:
+        if "compiler" not in _state: _state["compiler"] = LLVMCompiler()
     return _state["compiler"]
 
 

@@ -448,11 +448,17 @@ def packed_entry(kernel: Kernel) -> str:
     return "\n".join(body + [f"  call void @{kernel.name}({args}, i64 %start, i64 %end)", "  ret void", "}"])
 
 
+def render_function(kernel: Kernel, lines: Linear) -> tuple[str, set[str]]:
+    """A kernel's LLVM functions (with its packed entry when it is thread-split) and the declarations they need."""
+    text, declares = render_kernel(kernel, lines)
+    return (text + "\n\n" + packed_entry(kernel) if kernel.thread_range >= 0 else text), declares
+
+
+def module_source(functions: list[tuple[str, set[str]]]) -> str:
+    """One LLVM module of rendered functions (render_function)."""
+    declares = set().union(*(d for _, d in functions))
+    return "\n\n".join([t for t, _ in functions] + sorted(declares) + ['attributes #0 = { nounwind }'])
+
+
 def render_module(kernels: list[tuple[Kernel, Linear]]) -> str:
-    functions, declares = [], set()
-    for kernel, lines in kernels:
-        text, decl = render_kernel(kernel, lines)
-        functions.append(text)
-        if kernel.thread_range >= 0: functions.append(packed_entry(kernel))
-        declares |= decl
-    return "\n\n".join(functions + sorted(declares) + ['attributes #0 = { nounwind }'])
+    return module_source([render_function(k, lines) for k, lines in kernels])

@@ -76,8 +76,13 @@ def recompute_costs_more(u: UOp, copies: int, stop: set | dict) -> bool:
     return copies > 1 and (copies - 1) * element_flops(u, stop, buffer_cost) > buffer_cost
 
 
-def _ranges_in(u: UOp) -> set[UOp]:
-    return {n for n in u.toposort if n.op is Ops.RANGE}
+def _ranges_in(u: UOp) -> frozenset[UOp]:
+    """The RANGEs under u (cached on the node: UOps are immutable and hash-consed; lowering asks this of every
+    index it builds)."""
+    cached = u.__dict__.get("_ranges")
+    if cached is None:
+        cached = u.__dict__["_ranges"] = frozenset(n for n in u.toposort if n.op is Ops.RANGE)
+    return cached
 
 
 def _loop_iterations(kernel: Kernel):

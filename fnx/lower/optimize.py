@@ -13,9 +13,10 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
 - SWAP(axis, other): exchange two output loops (their nesting order).
 - SPLIT(axis, k): split a loop into an outer loop of n/k and an inner loop of k (k divides n): with SWAP, tiling.
 - PACK(axis, P): copy the matmul operand that walks output loop `axis` and the reduce loop (B of a @ b, or of
-  a @ b.T: then the copy transposes) into panels of P columns, [n // P][k][n % P], in a kernel that runs first, and read the panels instead:
-  a panel is one contiguous block, so a large power-of-two row stride no longer maps every row of it to the
-  same cache sets, and the hardware prefetcher sees one stream. Comes before every other action.
+  a @ b.T: then the copy transposes) into panels of P columns, [n // P][k][n % P], in a kernel that runs first,
+  and read the panels instead: a panel is one contiguous block, so a large power-of-two row stride no longer
+  maps every row of it to the same cache sets, and the hardware prefetcher sees one stream. Comes before every
+  other action.
 - ACCUMULATE(axis): move a reduce loop outermost and accumulate into the output buffer across its iterations
   (the output is first set to the reduction's identity by an init kernel). With SPLIT of the reduce loop this is
   cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache.
@@ -242,7 +243,8 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
             raise OptError(f"{opt}: the kernel's lanes are {k.lanes[0].arg[1]} wide")
         if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
         k, _, inner = _split(k, r, amount)
-        if k.lanes and any(len(d & {inner, *k.lanes}) > 1 for u, d in range_deps(k.sink).items() if u.op is not Ops.SINK):
+        deps = [d for u, d in range_deps(k.sink).items() if u.op is not Ops.SINK]  # (the SINK joins every store)
+        if k.lanes and any(len(d & {inner, *k.lanes}) > 1 for d in deps):
             raise OptError(f"{opt}: a value would vary along two lane ranges")
         k = replace(k, ranges=[x for x in k.ranges if x is not inner],
                     reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=k.lanes + (inner,))
@@ -312,7 +314,7 @@ def _transposed_operand(k: Kernel) -> UOp | None:
     """B of a matmul-like kernel when it walks the output's unit-stride loop with another stride (B of a @ b.T)
     and nothing else walks that loop contiguously: packing it into panels makes it a plain matmul."""
     if len(k.sink.src) != 1 or (b := _operand(k, len(k.ranges) - 1)) is None: return None
-    inner, red = k.ranges[-1], k.reduce_ranges[0]
+    inner = k.ranges[-1]
     if _stride(k.sink.src[0].src[1], inner) != 1: return None
     loads = [u for u in b.toposort if u.op is Ops.LOAD]
     if any(_stride(ld.src[1], inner) == 1 for ld in loads) or not loads: return None
@@ -341,12 +343,13 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
         # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
         red, inner = k.reduce_ranges[0], k.ranges[-1]
         some = next(u for u in b.toposort if u.op is Ops.LOAD)
-        plain = replace(k, sink=substitute(k.sink, {b: UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))}))
+        row_major = UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))
+        plain = replace(k, sink=substitute(k.sink, {b: row_major}))
         opts = heuristic_opts(plain, threads)
         if any(o.op == "PACK" for o in opts): return opts
         if (packed := _with_lanes_first(k, opts, pack_always=True)) is not opts: return packed
         opts = []
-    stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's stores walk the rows' reductions)
+    stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's walk the reductions)
     w = _lane_width(k)
     inner = k.ranges[-1] if k.ranges else None
     store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)

@@ -98,7 +98,10 @@ def _new_buffer(schedule: Schedule):
     return new
 
 
-def lower(fn: UOp, threads: int) -> Lowering:
+def lower(fn: UOp, threads: int, emit=None) -> Lowering:
+    """The kernels of FUNCTION `fn` for a CPU with `threads` threads; `emit(kernels)`, when given, receives each
+    kernel's optimized pieces (kernel, linear program) as soon as they are done (the CPU backend compiles them
+    while the next ones are lowered)."""
     fn = callify(fn)
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
@@ -109,7 +112,9 @@ def lower(fn: UOp, threads: int) -> Lowering:
             kernels.append((kernel, None))
             continue
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
-        kernels.extend((k, linearize(k)) for k in optimize(kernel, threads, new_buffer=_new_buffer(schedule)))
+        done = [(k, linearize(k)) for k in optimize(kernel, threads, new_buffer=_new_buffer(schedule))]
+        kernels.extend(done)
+        if emit is not None: emit(done)
     return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))
 
 

@@ -74,7 +74,7 @@ movement = PatternMatcher([
 
 def simplify_graph(root: UOp) -> UOp:
     """Array-level simplification of a graph (a FUNCTION body or any node)."""
-    return graph_rewrite(root, algebra + movement)
+    return graph_rewrite(root, _array_rules)
 
 
 # ---- index arithmetic on kernel graphs (integers, scalar) ----
@@ -170,4 +170,7 @@ index = PatternMatcher([
 
 
 def simplify_kernel(root: UOp) -> UOp:
-    return graph_rewrite(root, algebra + index)
+    return graph_rewrite(root, _kernel_rules)
+
+
+_array_rules, _kernel_rules = algebra + movement, algebra + index  # built once: a matcher indexes its rules by op

@@ -318,8 +318,9 @@ x = np.zeros(256, np.float32)
 f.lower(x).executable.queue_when_idle = True
 y = f(f(x))
 pid = os.fork()  # waits for the queued calls; the child starts with an empty queue and a new worker
-if pid == 0:
-    os._exit(0 if np.asarray(f(y))[0] == 3.0 else 1)
+if pid == 0:  # ... and its own LLVM thread: a function first compiled in the child compiles and runs
+    g = fnx.jit(lambda x: jnp.exp(x) * 2)
+    os._exit(0 if np.asarray(f(y))[0] == 3.0 and np.asarray(g(y))[0] == np.float32(np.exp(2.0) * 2) else 1)
 _, status = os.waitpid(pid, 0)
 print("ok" if status == 0 and np.asarray(y)[0] == 2.0 else "bad", status)
 """
@@ -329,3 +330,24 @@ print("ok" if status == 0 and np.asarray(y)[0] == 2.0 else "bad", status)
 def test_fork_after_queued_calls():
     done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300)
     assert done.stdout.split()[:1] == ["ok"], done.stdout + done.stderr
+
+
+def test_kernels_compile_in_several_modules_while_lowering_runs():
+    """The LLVM thread compiles modules of finished kernels while later ones are lowered: a program with many
+    kernels gets several modules, every kernel is found in one, and the assembly covers all of them."""
+    from assertions import mlp_step
+    rng = np.random.default_rng(0)
+    p = {"w1": rng.standard_normal((64, 96)).astype(np.float32) * 0.1, "b1": np.zeros(96, np.float32),
+         "w2": rng.standard_normal((96, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}
+    x, onehot = rng.standard_normal((32, 64)).astype(np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]
+    lowered = fnx.jit(mlp_step).lower(p, x, onehot)
+    exe = lowered.executable
+    assert len(exe.modules) > 1 and len(exe.engines) == len(exe.modules)
+    names = [k.name for k, lines in exe.lowering.kernels if lines is not None]
+    assert all(f"define void @{n}(" in lowered.as_text("llvm") for n in names)
+    asm = lowered.as_text("asm")
+    assert all(n in asm for n in names)
+    with fnx.default_device("interp"):
+        want = fnx.jit(mlp_step)(p, x, onehot)
+    for g, w in zip(fnx.tree_util.tree_leaves(lowered.compile()(p, x, onehot)), fnx.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
