@@ -88,7 +88,8 @@ exit:
 }}
 """
     if platform.machine() not in ("x86_64", "AMD64"): return ir
-    adds = [f'  %x{k + 1} = call i64 asm "add $$1, $0", "=r,0,~{{flags}}"(i64 %x{k})' for k in range(4)]
+    # a register-register add: recent Intel cores fold add-immediate chains at rename (several per cycle)
+    adds = [f'  %x{k + 1} = call i64 asm "add $0, $0", "=r,0,~{{flags}}"(i64 %x{k})' for k in range(4)]
     return ir + f"""define i64 @add_loop(i64 %n) {{
 entry:
   br label %loop

@@ -334,7 +334,7 @@ def _with_lanes_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt
     return [Opt("PACK", axis, lanes[0])] + opts
 
 
-def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
+def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt]:
     """Hand-chosen actions: vector lanes on the unit-stride loop, register blocking and cache blocking for
     matmul-like reductions, threads on the outermost independent loop."""
     opts: list[Opt] = []
@@ -345,7 +345,7 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
         some = next(u for u in b.toposort if u.op is Ops.LOAD)
         row_major = UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))
         plain = replace(k, sink=substitute(k.sink, {b: row_major}))
-        opts = heuristic_opts(plain, threads)
+        opts = heuristic_opts(plain, threads, packed=True)
         if any(o.op == "PACK" for o in opts): return opts
         if (packed := _with_lanes_first(k, opts, pack_always=True)) is not opts: return packed
         opts = []
@@ -372,18 +372,22 @@ def heuristic_opts(k: Kernel, threads: int) -> list[Opt]:
             thread_axis = 1
         # two vectors per row inside k-slabs (measured 186 vs 166 GFLOP/s at 1024²); one without them (122 vs 89:
         # unblocked, the wider panel's rows thrash L1 when B's row stride is a multiple of 2 KiB)
+        # from contiguous panels (PACK) without k-slabs: four vectors a row, four rows (dW1 of the W4 step: the
+        # step 2.11 -> 1.87 ms); with k-slabs that loses (1024²: 338 vs 351 GFLOP/s)
+        pack = packed or math.prod(r.arg[1] for r in k.ranges[:-1]) >= PACK_REUSE
         if thread_axis and inner.arg[1] % (2 * w) == 0: w *= 2
+        elif pack and inner.arg[1] % (4 * w) == 0 and w == 16: w *= 4
         elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
         opts.append(Opt("VECTORIZE", n_out - 1, w))
         if n_out - thread_axis >= 2:
-            up = _largest_divisor(k.ranges[-2].arg[1], 8 if w > 16 else 12)
+            up = _largest_divisor(k.ranges[-2].arg[1], 4 if w > 32 else 8 if w > 16 else 12)
             if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
             panels = -(-inner.arg[1] // w)
             if thread_axis and panels > N_BLOCK and panels % N_BLOCK == 0:
                 # column blocks: the k-slab of B for N_BLOCK panels stays in L2 while every row block walks it
                 opts += [Opt("SPLIT", n_out - 1, N_BLOCK), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
-        opts = _with_lanes_first(k, opts, pack_always=False)
+        opts = _with_lanes_first(k, opts, pack_always=packed)
     else:
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
