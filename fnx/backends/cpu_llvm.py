@@ -282,6 +282,9 @@ class CPUExecutable(Executable):
         self.no_buffers = [None] * (len(schedule.buffers) - ninputs)
         self.output_ids = list(schedule.outputs)
         self.slot_bytes = list(plan.slot_bytes)
+        simple = not self.has_control and not self.queue_when_idle and not self.slot_bytes and all(
+            whole is not None for _, _, _, whole, _ in self.launches)
+        self.inline = [(func, addresses, whole) for _, func, addresses, whole, _ in self.launches] if simple else None
         self.slotted = [(i, slot, schedule.buffers[i].dtype, schedule.buffers[i].size)
                         for i, slot in plan.slot_of.items()]
         self._aliases: dict[tuple[int, ...], dict[int, int]] = {}
@@ -300,6 +303,10 @@ class CPUExecutable(Executable):
         other input shares is deleted and its memory holds an output.
         """
         stream = self.stream
+        if (self.inline is not None and not donated and stream.finished == stream.submitted and not config.debug
+                and not self.queue_when_idle):
+            outs = self._call_inline(inputs)
+            if outs is not None: return outs
         if self.has_control:  # host steps read values: run here, once everything queued before has run
             stream.drain()
             queued = False
@@ -333,6 +340,21 @@ class CPUExecutable(Executable):
         else:
             self._run(ptrs, buffers, waits)
         return [buffers[b] for b in self.output_ids]
+
+    def _call_inline(self, inputs: list[Buffer]) -> list[Buffer] | None:
+        """The lean path of a small call (most of W6's dispatch time): every kernel runs whole on this thread, no
+        memory-plan slots, inputs computed, the stream idle. None (nothing done) when an input is not ready."""
+        ptrs = self.no_addresses.copy()
+        for k, buf in enumerate(inputs):
+            if buf.ready is not None or not buf.ptr: return None  # pending or deleted: the general path
+            ptrs[k] = buf.ptr
+        array, device, buffers = self.memory.array, self.device, {}
+        for i, dtype, np_dtype, size in self.outputs:
+            host, ptr = array(np_dtype, size)
+            buffers[i] = Buffer(device, dtype, size, host, ptr)
+            ptrs[i] = ptr
+        for func, addresses, whole in self.inline: func(*addresses(ptrs), *whole)
+        return [buffers[b] if b in buffers else inputs[b] for b in self.output_ids]
 
     def _donate(self, inputs: list[Buffer], index: int) -> tuple[np.ndarray, int] | None:
         """The host memory and address of donated input `index` when nothing else can see it (it is then
