@@ -361,7 +361,16 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
     matmul = (red is not None and len(stores) == 1 and store_unit
               and all(any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], r) not in (0, 1) for ld in loads)
                       for r in k.reduce_ranges))
-    if matmul and inner.arg[1] >= 8:
+    narrow = [a for a, r in enumerate(k.ranges[:-1]) if r.arg[1] >= w and any(
+        _stride(ld.src[1], r) == 1 and _stride(ld.src[1], red) not in (None, 0) for ld in loads)] if matmul else []
+    if matmul and inner.arg[1] < w and narrow and len(k.reduce_ranges) == 1:
+        # a product with few columns (h.T @ g with 10 classes) whose A walks another output loop contiguously:
+        # lanes there and every column unrolled, so A's elementwise producers compute in vectors instead of
+        # once per element and broadcast (the W4 step's dW2: 1.92 -> 1.85 ms); the store scatters, once per output
+        opts.append(Opt("VECTORIZE", narrow[-1], w))
+        if inner.arg[1] > 1: opts.append(Opt("UPCAST", len(k.ranges) - 1, inner.arg[1]))
+        thread_axis = 0
+    elif matmul and inner.arg[1] >= 8:
         n_out = len(k.ranges)
         slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
         kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)

@@ -170,6 +170,18 @@ def test_heuristics_pack_b_into_panels(transposed):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
+    """h.T @ g with 10 columns: lanes along h's contiguous rows, every column unrolled, a scattered store."""
+    h = RNG.standard_normal((40, 96)).astype(np.float32)
+    g = RNG.standard_normal((40, 10)).astype(np.float32)
+    fn = lambda h, g: jnp.maximum(h, 0).T @ g  # noqa: E731
+    lowered = fnx.jit(fn).lower(jnp.asarray(h), jnp.asarray(g))
+    (kernel,) = rangeify(callify(lowered.traced.fn)).kernels
+    assert heuristic_opts(kernel, threads=2)[:2] == [Opt("VECTORIZE", 0, 16), Opt("UPCAST", 1, 10)]
+    got = _run(lowered.traced.fn, [h, g], lambda k, t: None)[0]
+    np.testing.assert_allclose(got, np.maximum(h, 0).astype(np.float64).T @ g, rtol=1e-5, atol=1e-5)
+
+
 def test_pack_is_refused_where_it_does_not_fit():
     fn, _ = _traced("matmul")
     kernel = rangeify(callify(fn)).kernels[0]
