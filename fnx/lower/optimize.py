@@ -303,7 +303,7 @@ def _largest_divisor(n: int, limit: int) -> int:
     return max(d for d in range(1, limit + 1) if n % d == 0)
 
 
-L2_BYTES = 1 << 20   # per core (Zen 4); a k-slab of matmul operands should stay in it
+L2_BYTES = 1 << 20   # per core: Zen 4's (Xeons have 2 MiB); a k-slab of matmul operands should stay in it
 ACC_K = 256          # the k-slab when accumulating in the output
 N_BLOCK = 8          # vector panels of B per column block (8 x 32 floats x 256 k = 256 KiB)
 PACK_REUSE = 512     # rows that read B's panels: from here packing B costs under ~10% of the matmul and wins
