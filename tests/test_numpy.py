@@ -149,6 +149,19 @@ def test_unary_special_values(device, name, dtype):
     check_both(getattr(jnp, name), ref64(np_fn, dtype), x, tol=tol)
 
 
+def test_float32_tanh_is_within_three_ulp_everywhere(device):
+    """float32 tanh (e / (e + 2), e = expm1(2|x|)) against float64 numpy on a dense sweep, tiny and huge values."""
+    x = np.concatenate([np.linspace(-12, 12, 1 << 18, dtype=np.float32), np.geomspace(1e-30, 1, 4096).astype(
+        np.float32), -np.geomspace(1e-38, 30, 4096).astype(np.float32)])
+    got = np.asarray(jnp.tanh(x)).astype(np.float64)
+    want = np.tanh(x.astype(np.float64))
+    ulp = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert ulp.max() <= 3, (ulp.max(), x[np.argmax(ulp)])
+    special = np.asarray(jnp.tanh(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45], np.float32)))
+    assert special[:4].tolist() == [0.0, 0.0, 1.0, -1.0] and np.signbit(special[1]) and np.isnan(special[4])
+    assert special[5] == np.float32(1e-45)
+
+
 def test_tanh_saturates_and_abs_of_negative_zero(device):
     assert np.asarray(jnp.tanh(jnp.array([-100.0, 100.0]))).tolist() == [-1.0, 1.0]
     assert not np.signbit(np.asarray(jnp.abs(jnp.array([-0.0])))).any()
