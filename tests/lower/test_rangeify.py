@@ -240,7 +240,8 @@ def test_stashed_softmax_matches_numpy_under_every_schedule_it_allows(shape, axi
     assert bool(_stash_kernel(x, axis)) == (axis == -1 or len(shape) == 1)
     trials = [[], [Opt("THREAD", 0)], [Opt("VECTORIZE", len(shape), 16), Opt("VECTORIZE", len(shape) - 1, 16),
                                        Opt("THREAD", 0)], [Opt("SWAP", 0, 1)], [Opt("THREAD", len(shape) - 1)],
-              [Opt("UPCAST", len(shape) - 1, 2)], [Opt("VECTORIZE", 0, 4)], [Opt("SPLIT", len(shape) - 1, 3)]]
+              [Opt("UPCAST", len(shape) - 1, 2)], [Opt("VECTORIZE", 0, 4)], [Opt("SPLIT", len(shape) - 1, 3)],
+              [Opt("UNROLL", len(shape), 2)], [Opt("UNROLL", len(shape) + 1, 2)], [Opt("SPLIT", len(shape) + 1, 2)]]
     for opts in trials:
         def choose(kernel, threads):
             k = kernel
