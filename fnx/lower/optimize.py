@@ -253,7 +253,7 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
         k, _, _ = _split(k, r, amount)
     elif opt.op in ("UPCAST", "UNROLL"):
         if (opt.op == "UPCAST") != is_output: raise OptError(f"{opt}: wrong kind of loop")
-        if opt.op == "UNROLL" and any(r in st.toposort for st in k.sink.src):
+        if opt.op == "UNROLL" and any(r in d for u, d in range_deps(k.sink).items() if u.op is Ops.STORE):
             raise OptError(f"{opt}: a store runs inside this reduce loop (a stash)")
         if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
         if opt.op == "UPCAST" and (not k.parallel or _store_buffers_read(k)):
