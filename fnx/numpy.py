@@ -557,18 +557,34 @@ _TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441
 _TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)     # leading 1 omitted
 
 
+def _float_bits(x: Array) -> tuple[Array, int]:
+    """x's bits as a signed integer of its width, and the sign bit's mask."""
+    signed = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[_dt(x).itemsize]
+    return lax.bitcast_convert_type(x, signed), -(1 << (8 * _dt(x).itemsize - 1))
+
+
+def _with_sign_of(magnitude: Array, x: Array) -> Array:
+    """|magnitude| with x's sign bit, in integer ops: -0.0 and negative NaNs keep theirs (no gradient rule: for
+    the inside of functions that define their own derivative)."""
+    bits, sign = _float_bits(x)
+    mag, _ = _float_bits(magnitude)
+    out = lax.bitwise_or(lax.bitwise_and(mag, ~sign), lax.bitwise_and(bits, sign))
+    return lax.bitcast_convert_type(out, _dt(x))
+
+
 def _tanh(x: Array) -> Array:
-    """tanh: an odd polynomial (float32) or rational (float64) for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1)
-    (exp overflowing to inf gives exactly 1). One exp and one division per element."""
-    a = _abs(x)
-    z = x * x
-    small = x + x * z * (_horner(z, _TANH_F32, fused=True) if _dt(x) is dtypes.float32
+    """tanh of a = |x| (a bit mask), then x's sign put back: an odd polynomial (float32) or rational (float64) for
+    a < 0.625, else 1 - 2 / (exp(2a) + 1) (exp overflowing to inf gives exactly 1). One exp and one division per
+    element; the sign of zero and of NaN is x's."""
+    bits, sign = _float_bits(x)
+    a = lax.bitcast_convert_type(lax.bitwise_and(bits, ~sign), _dt(x))
+    z = a * a
+    small = a + a * z * (_horner(z, _TANH_F32, fused=True) if _dt(x) is dtypes.float32
                          else _horner(z, _TANH_P, fused=True) / _horner(z, _TANH_Q, leading_one=True, fused=True))
     two_a = 2 * a  # tanh is 1 to the last bit beyond 2|x| = 20 (float32) or 40 (float64): clamp, then e^y is normal
     limit = 20.0 if _dt(x) is dtypes.float32 else 40.0
     large = 1 - 2 / (_exp_normal(where(two_a > limit, _full(x, limit), two_a)) + 1)
-    large = where(x < 0, lax.neg(large), large)
-    return where(a < 0.625, where(x == 0, x, small), large)  # x + x*z*P(z) would turn -0.0 into +0.0
+    return _with_sign_of(where(a < 0.625, small, large), x)
 
 
 _HYPERBOLIC_CUTOFF = {dtypes.float32: 9.0, dtypes.float64: 19.0}  # above: exp(-|x|) is below half an ulp
