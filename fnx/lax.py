@@ -110,6 +110,13 @@ def _fusable_add(x, y):
     _same_shapes("add", a, b)
     return Array(UOp(Ops.ADD, a.uop.dtype, (a.uop, b.uop), "contract"), weak)
 @eager_op
+def _convert_in_range(x, new_dtype):
+    """x (integral floats within new_dtype's range, or NaN) converted to an integer dtype without the saturating
+    clamp a CAST renders (three compares and selects): the CAST carries arg "in_range" (docs/IR.md); a NaN gives
+    an unspecified integer. fnx.numpy's exp uses it for the exponent of 2^n, where a NaN input is NaN anyway."""
+    a = to_array(x)
+    return Array(UOp(Ops.CAST, dtypes.to_dtype(new_dtype), (a.uop,), "in_range"), False)
+@eager_op
 def max(x, y): return _binary(Ops.MAX, x, y, "max")  # noqa: A001
 @eager_op
 def lt(x, y): return _binary(Ops.CMPLT, x, y, "lt")

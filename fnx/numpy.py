@@ -479,7 +479,7 @@ _EXP_LIMIT = {dtypes.float32: 104.0, dtypes.float64: 749.0}  # beyond these exp 
 def _pow2(n: Array, dt: DType) -> Array:
     """2 ** n for integral float n in the normal exponent range, built from the exponent bits (exact)."""
     itype, mantissa, bias = (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
-    bits = lax.shift_left(lax.add(_cast(n, itype), bias), mantissa)
+    bits = lax.shift_left(lax.add(lax._convert_in_range(n, itype), bias), mantissa)
     return lax.bitcast_convert_type(bits, dt)
 
 

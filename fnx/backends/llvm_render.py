@@ -215,6 +215,11 @@ class Renderer:
         elif u.op is Ops.LOAD: self.names[u] = self.load(u)
         elif u.op is Ops.STORE: self.store(u)
         elif (fused := self.fused_product(u)) is not None: self.names[u] = fused
+        elif u.op is Ops.CAST and u.arg == "in_range" and u.src[0].dtype.is_float and u.dtype.is_int:
+            # integral and in range (lax._convert_in_range): no clamp; `freeze` makes a NaN's poison an integer
+            kind, t = "fptoui" if u.dtype.is_unsigned else "fptosi", self.rt(u.dtype)
+            converted = self.emit(f"{kind} {self.rt(u.src[0].dtype)} {self.value(u.src[0])} to {t}")
+            self.names[u] = self.emit(f"freeze {t} {converted}")
         else: self.names[u] = self.alu(u.op, u.dtype, [self.value(s) for s in u.src], u.src[0].dtype)
 
     def fused_product(self, u: UOp) -> str | None:
