@@ -356,6 +356,27 @@ class CPUExecutable(Executable):
         for func, addresses, whole in self.inline: func(*addresses(ptrs), *whole)
         return [buffers[b] if b in buffers else inputs[b] for b in self.output_ids]
 
+    def single_output_call(self):
+        """For jit's fast path: a function from the argument Arrays to the one output Buffer, running the lean path
+        (`_call_inline`) with nothing in between; it returns None where that path does not apply (then call the
+        executable). None when this executable never can (several outputs, slots, threads, control flow)."""
+        if self.inline is None or len(self.outputs) != 1 or self.output_ids != [self.outputs[0][0]]: return None
+        (out_id, dtype, np_dtype, size), = self.outputs
+        calls, stream, array, device, base = self.inline, self.stream, self.memory.array, self.device, self.no_addresses
+
+        def call(arrays) -> Buffer | None:
+            if stream.finished != stream.submitted or self.queue_when_idle or config.debug: return None
+            ptrs = base.copy()
+            for k, a in enumerate(arrays):
+                buf = a._buffer
+                if buf is None or buf.ready is not None or not buf.ptr: return None
+                ptrs[k] = buf.ptr
+            host, ptr = array(np_dtype, size)
+            ptrs[out_id] = ptr
+            for func, addresses, whole in calls: func(*addresses(ptrs), *whole)
+            return Buffer(device, dtype, size, host, ptr)
+        return call
+
     def _donate(self, inputs: list[Buffer], index: int) -> tuple[np.ndarray, int] | None:
         """The host memory and address of donated input `index` when nothing else can see it (it is then
         deleted); None when it is shared (a numpy view, another argument, another device)."""

@@ -54,6 +54,8 @@ class Lowered:
         self.out_avals = [(u.shape, weak) for u, weak in zip(traced.body.src, traced.out_weak)]
         self.single_output = tree_util.treedef_is_leaf(traced.out_tree)
         self.donating = self.donated if self.donated and self.executable.aliases(self.donated) else ()
+        single = getattr(self.executable, "single_output_call", None)  # a backend's lean path for small calls
+        self.fast = single() if single and self.single_output and not self.consts and not self.donating else None
 
     def as_text(self, stage: str | None = None) -> str:
         """The traced graph (stage 'graph'), or the executable's text for a lowering stage (None: all of them)."""
@@ -164,6 +166,9 @@ class Jitted:
             # the common case, kept lean: flat positional arrays need no tree flattening
             lowered = self._fast.get(key)
             if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
+            if lowered.fast is not None and (out := lowered.fast(args)) is not None:
+                (shape, weak), = lowered.out_avals
+                return Array.from_buffer(out, shape, weak)
             return _run(lowered, args)
         lowered, leaves = self._lower(args, kwargs)
         return _run(lowered, leaves)

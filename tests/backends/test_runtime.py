@@ -351,3 +351,22 @@ def test_kernels_compile_in_several_modules_while_lowering_runs():
         want = fnx.jit(mlp_step)(p, x, onehot)
     for g, w in zip(fnx.tree_util.tree_leaves(lowered.compile()(p, x, onehot)), fnx.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+def test_small_calls_take_the_lean_path_and_keep_earlier_results():
+    """A small single-output call runs through the executable's lean path (jit's fast path); results handed out
+    earlier keep their values (the pool never reuses a block an Array still holds), and an input still being
+    computed sends the call down the general path."""
+    f = fnx.jit(lambda x, y: x * 2 + y)
+    x, y = jnp.arange(5, dtype=jnp.float32), jnp.ones(5)
+    lowered = f.lower(x, y)
+    assert lowered.fast is not None
+    outs = [f(x + i, y) for i in range(20)]
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(np.asarray(out), (np.arange(5) + i) * 2 + 1)
+    assert fnx.jit(lambda x: (x, x + 1)).lower(x).fast is None  # two outputs: the general path
+    g = fnx.jit(lambda x: x + 1.0)
+    big = np.zeros(1 << 20, np.float32)
+    g.lower(big).executable.queue_when_idle = True  # queued: its result is pending when the next call reads it
+    pending = g(big)
+    np.testing.assert_array_equal(np.asarray(f(pending[:5], y)), np.full(5, 3.0))
