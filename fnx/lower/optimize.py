@@ -323,7 +323,7 @@ def _transposed_operand(k: Kernel) -> UOp | None:
     return b
 
 
-def _with_lanes_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
+def _pack_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
     """`opts` with PACK of B in front when it applies and pays (see PACK_REUSE), in panels of the lanes."""
     axis = len(k.ranges) - 1
     lanes = [o.amount for o in opts if o.op == "VECTORIZE"]  # a matmul's one: along B's output loop
@@ -337,8 +337,9 @@ def _with_lanes_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt
 
 
 def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt]:
-    """Hand-chosen actions: vector lanes on the unit-stride loop, register blocking and cache blocking for
-    matmul-like reductions, threads on the outermost independent loop."""
+    """Hand-chosen actions: vector lanes on the unit-stride loop, register blocking, cache blocking and packing of
+    B for matmul-like reductions, threads on the outermost independent loop. `packed`: the kernel is scheduled as
+    the matmul it becomes once its transposed B is packed (a @ b.T)."""
     opts: list[Opt] = []
     if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
     if (b := _transposed_operand(k)) is not None and math.prod(r.arg[1] for r in k.ranges[:-1]) >= 8:
@@ -349,7 +350,7 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         plain = replace(k, sink=substitute(k.sink, {b: row_major}))
         opts = heuristic_opts(plain, threads, packed=True)
         if any(o.op == "PACK" for o in opts): return opts
-        if (packed := _with_lanes_first(k, opts, pack_always=True)) is not opts: return packed
+        if (with_pack := _pack_first(k, opts, pack_always=True)) is not opts: return with_pack
         opts = []
     stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's walk the reductions)
     w = _lane_width(k)
@@ -398,7 +399,7 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
                 # column blocks: the k-slab of B for N_BLOCK panels stays in L2 while every row block walks it
                 opts += [Opt("SPLIT", n_out - 1, N_BLOCK), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
-        opts = _with_lanes_first(k, opts, pack_always=packed)
+        opts = _pack_first(k, opts, pack_always=packed)
     else:
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
