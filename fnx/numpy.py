@@ -343,10 +343,15 @@ def _mod(a: Array, b: Array) -> Array:
     return where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
+def _float_bits(x: Array) -> tuple[Array, int]:
+    """x's bits as a signed integer of its width, and the sign bit's mask."""
+    signed = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[_dt(x).itemsize]
+    return lax.bitcast_convert_type(x, signed), -(1 << (8 * _dt(x).itemsize - 1))
+
+
 def _signbit(x: Array) -> Array:
     """True where the sign bit of a float is set (also for -0.0 and negative NaNs)."""
-    signed = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[_dt(x).itemsize]
-    return lax.bitcast_convert_type(x, signed) < 0
+    return _float_bits(x)[0] < 0
 
 
 def _copysign(magnitude: Array, sign: Array) -> Array:
@@ -555,12 +560,6 @@ def _cos(x: Array) -> Array:
 _TANH_F32 = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes
 _TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)  # Cephes tanh
 _TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)     # leading 1 omitted
-
-
-def _float_bits(x: Array) -> tuple[Array, int]:
-    """x's bits as a signed integer of its width, and the sign bit's mask."""
-    signed = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[_dt(x).itemsize]
-    return lax.bitcast_convert_type(x, signed), -(1 << (8 * _dt(x).itemsize - 1))
 
 
 def _with_sign_of(magnitude: Array, x: Array) -> Array:

@@ -281,6 +281,7 @@ class CPUExecutable(Executable):
         self.no_addresses = [0] * (len(schedule.buffers) + 1)
         self.no_buffers = [None] * (len(schedule.buffers) - ninputs)
         self.output_ids = list(schedule.outputs)
+        self.outputs_in_order = self.output_ids == [i for i, *_ in self.outputs]  # each output computed, once
         self.slot_bytes = list(plan.slot_bytes)
         simple = not self.has_control and not self.queue_when_idle and not self.slot_bytes and all(
             whole is not None for _, _, _, whole, _ in self.launches)
@@ -302,11 +303,8 @@ class CPUExecutable(Executable):
         `donated`: indices of inputs the caller gives up; each one `aliases` allows and that no numpy view or
         other input shares is deleted and its memory holds an output.
         """
+        if self.inline is not None and not donated and (outs := self._call_inline(inputs)) is not None: return outs
         stream = self.stream
-        if (self.inline is not None and not donated and stream.finished == stream.submitted and not config.debug
-                and not self.queue_when_idle):
-            outs = self._call_inline(inputs)
-            if outs is not None: return outs
         if self.has_control:  # host steps read values: run here, once everything queued before has run
             stream.drain()
             queued = False
@@ -341,40 +339,37 @@ class CPUExecutable(Executable):
             self._run(ptrs, buffers, waits)
         return [buffers[b] for b in self.output_ids]
 
-    def _call_inline(self, inputs: list[Buffer]) -> list[Buffer] | None:
+    def _call_inline(self, inputs: list) -> list[Buffer] | None:
         """The lean path of a small call (most of W6's dispatch time): every kernel runs whole on this thread, no
-        memory-plan slots, inputs computed, the stream idle. None (nothing done) when an input is not ready."""
+        memory-plan slots. None (nothing done) unless the stream is idle and every input is computed (an entry of
+        `inputs` may be None: an Array with no buffer yet)."""
+        stream = self.stream
+        if stream.finished != stream.submitted or self.queue_when_idle or config.debug: return None
         ptrs = self.no_addresses.copy()
-        for k, buf in enumerate(inputs):
-            if buf.ready is not None or not buf.ptr: return None  # pending or deleted: the general path
+        k = 0
+        for buf in inputs:
+            if buf is None or buf.ready is not None or not buf.ptr: return None  # pending or deleted: general path
             ptrs[k] = buf.ptr
-        array, device, buffers = self.memory.array, self.device, {}
+            k += 1
+        array, device, outs = self.memory.array, self.device, []
         for i, dtype, np_dtype, size in self.outputs:
             host, ptr = array(np_dtype, size)
-            buffers[i] = Buffer(device, dtype, size, host, ptr)
+            outs.append(Buffer(device, dtype, size, host, ptr))
             ptrs[i] = ptr
         for func, addresses, whole in self.inline: func(*addresses(ptrs), *whole)
-        return [buffers[b] if b in buffers else inputs[b] for b in self.output_ids]
+        if self.outputs_in_order: return outs
+        by_id = {i: b for (i, *_), b in zip(self.outputs, outs)}
+        return [by_id[b] if b in by_id else inputs[b] for b in self.output_ids]
 
     def single_output_call(self):
-        """For jit's fast path: a function from the argument Arrays to the one output Buffer, running the lean path
-        (`_call_inline`) with nothing in between; it returns None where that path does not apply (then call the
-        executable). None when this executable never can (several outputs, slots, threads, control flow)."""
-        if self.inline is None or len(self.outputs) != 1 or self.output_ids != [self.outputs[0][0]]: return None
-        (out_id, dtype, np_dtype, size), = self.outputs
-        calls, stream, array, device, base = self.inline, self.stream, self.memory.array, self.device, self.no_addresses
+        """For jit's fast path: a function from the argument Arrays to the one output Buffer through the lean path
+        (`_call_inline`), or None where that path does not apply (then call the executable). None when this
+        executable never can (several outputs, slots, threads, control flow)."""
+        if self.inline is None or len(self.outputs) != 1 or not self.outputs_in_order: return None
 
         def call(arrays) -> Buffer | None:
-            if stream.finished != stream.submitted or self.queue_when_idle or config.debug: return None
-            ptrs = base.copy()
-            for k, a in enumerate(arrays):
-                buf = a._buffer
-                if buf is None or buf.ready is not None or not buf.ptr: return None
-                ptrs[k] = buf.ptr
-            host, ptr = array(np_dtype, size)
-            ptrs[out_id] = ptr
-            for func, addresses, whole in calls: func(*addresses(ptrs), *whole)
-            return Buffer(device, dtype, size, host, ptr)
+            outs = self._call_inline([a._buffer for a in arrays])
+            return None if outs is None else outs[0]
         return call
 
     def _donate(self, inputs: list[Buffer], index: int) -> tuple[np.ndarray, int] | None:

@@ -312,6 +312,11 @@ PACK_REUSE = 512     # rows that read B's panels: from here packing B costs unde
                      # 15-100% (measured at 512..4096: 250-350 vs 120-290 GFLOP/s); at 256 rows it loses
 
 
+def _rows(k: Kernel) -> int:
+    """How many times a matmul-like kernel reads B: the iterations of its output loops outside the last."""
+    return math.prod(r.arg[1] for r in k.ranges[:-1])
+
+
 def _transposed_operand(k: Kernel) -> UOp | None:
     """B of a matmul-like kernel when it walks the output's unit-stride loop with another stride (B of a @ b.T)
     and nothing else walks that loop contiguously: packing it into panels makes it a plain matmul."""
@@ -327,8 +332,7 @@ def _pack_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
     """`opts` with PACK of B in front when it applies and pays (see PACK_REUSE), in panels of the lanes."""
     axis = len(k.ranges) - 1
     lanes = [o.amount for o in opts if o.op == "VECTORIZE"]  # a matmul's one: along B's output loop
-    reuse = math.prod(r.arg[1] for r in k.ranges[:-1])
-    if not lanes or not (pack_always or reuse >= PACK_REUSE): return opts
+    if not lanes or not (pack_always or _rows(k) >= PACK_REUSE): return opts
     try:
         apply_opt(k, Opt("PACK", axis, lanes[0]))
     except OptError:
@@ -342,7 +346,7 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
     the matmul it becomes once its transposed B is packed (a @ b.T)."""
     opts: list[Opt] = []
     if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
-    if (b := _transposed_operand(k)) is not None and math.prod(r.arg[1] for r in k.ranges[:-1]) >= 8:
+    if (b := _transposed_operand(k)) is not None and _rows(k) >= 8:
         # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
         red, inner = k.reduce_ranges[0], k.ranges[-1]
         some = next(u for u in b.toposort if u.op is Ops.LOAD)
@@ -386,7 +390,7 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         # unblocked, the wider panel's rows thrash L1 when B's row stride is a multiple of 2 KiB)
         # from contiguous panels (PACK) without k-slabs: four vectors a row, four rows (dW1 of the W4 step: the
         # step 2.11 -> 1.87 ms); with k-slabs that loses (1024²: 338 vs 351 GFLOP/s)
-        pack = packed or math.prod(r.arg[1] for r in k.ranges[:-1]) >= PACK_REUSE
+        pack = packed or _rows(k) >= PACK_REUSE
         if thread_axis and inner.arg[1] % (2 * w) == 0: w *= 2
         elif pack and inner.arg[1] % (4 * w) == 0 and w == 16: w *= 4
         elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
