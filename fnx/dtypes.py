@@ -13,9 +13,11 @@ default to ``float32`` / ``int32``. Concretely:
   typed ``float32``; a Python ``bool`` is a (strong) ``bool_``. Numpy scalars
   are strongly typed with their own dtype.
 * A weakly typed result materializes at that default width (``int32`` /
-  ``float32``), widened to 64 bits only when a 64-bit weak operand or the
-  concrete operands themselves (``uint64`` with a signed int) demand it, so
-  values are never silently narrowed below what explicit dtypes asked for.
+  ``float32``), widened to 64 bits only when some operand is 64-bit (weak or
+  strong: ``int64 * 0.5`` is float64, as in JAX with x64), so values are never
+  silently narrowed below what explicit dtypes asked for.
+* No promotion forms a 64-bit type from narrower operands (``int32 + uint32``
+  is ``int32``), as in JAX with x64 off.
 """
 from __future__ import annotations
 
@@ -187,14 +189,16 @@ def to_dtype(x: Any) -> DType:
 
 
 # ---------------------------------------------------------------------------
-# Type promotion lattice (JAX's, x64 enabled, complex nodes removed).
+# Type promotion lattice (JAX's, complex nodes removed). As in JAX with x64 off, no promotion forms a 64-bit type from
+# narrower inputs: uint32 with a signed int of at most 32 bits is int32 (JAX's u4 -> i4 edge); with a 64-bit operand
+# the result is JAX's x64 one.
 
 _CODE = {
     bool_: "b1", uint8: "u1", uint16: "u2", uint32: "u4", uint64: "u8", int8: "i1", int16: "i2", int32: "i4",
     int64: "i8", bfloat16: "bf", float16: "f2", float32: "f4", float64: "f8"}
 _OF_CODE = {c: d for d, c in _CODE.items()}
 _EDGES = {
-    "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i8"], "u8": ["f*"],
+    "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i4"], "u8": ["f*"],
     "i1": ["i2"], "i2": ["i4"], "i4": ["i8"], "i8": ["f*"], "f*": ["bf", "f2"], "bf": ["f4"], "f2": ["f4"],
     "f4": ["f8"], "f8": []}
 
@@ -317,10 +321,8 @@ def result_type(*operands: Any) -> tuple[DType, bool]:
     if lub not in ("i*", "f*"):
         return _OF_CODE[lub], False
     kind = "f" if lub == "f*" else "i"
-    strong = [n for n in nodes if "*" not in n]
-    # 64-bit weak operands, or strong operands that alone join to f*, must not be narrowed.
-    wide = any(w and d.itemsize == 8 and (d.kind == "f") == (kind == "f") for d, w in ops)
-    wide = wide or (bool(strong) and functools.reduce(_join, strong) == "f*")
+    # A 64-bit operand (weak or strong) makes the result JAX's x64 one: float64 / int64, never narrowed.
+    wide = any(d.itemsize == 8 for d, _ in ops)
     if kind == "f":
         return (float64 if wide else default_float), True
     return (int64 if wide else default_int), True

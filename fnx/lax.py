@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -213,11 +214,31 @@ def bitcast_convert_type(x, new_dtype) -> Array:
 
 # ---- movement primitives ----
 
+def canonical_shape(shape: Any, name: str, nonnegative: bool = True) -> tuple[int, ...]:
+    """`shape` (an integer or a sequence of them) as a tuple of Python ints.
+
+    Raises TypeError naming `name` for entries that are not integers (2.5, np.float32(2), a traced value), as JAX's
+    "Shapes must be 1D sequences of concrete values of integer type", and for negative sizes when `nonnegative`.
+    """
+    entries = shape if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else (shape,)
+    try:
+        out = tuple(operator.index(s) for s in entries)
+    except TypeError as err:
+        message = f"{name}: shapes must be 1D sequences of concrete values of integer type, got {shape!r}"
+        raise TypeError(at_user_line(message)) from err
+    if nonnegative and any(s < 0 for s in out):
+        raise TypeError(at_user_line(f"{name}: shapes must have nonnegative sizes, got {out}"))
+    return out
+
+
 def _axes(axes: Sequence[int] | int, ndim: int, name: str) -> tuple[int, ...]:
     """Normalize (possibly negative) axes, raising a ValueError that names the op for out-of-range ones."""
     out = []
-    for a in ([axes] if isinstance(axes, (int, np.integer)) else axes):
-        a = int(a)
+    for a in (axes if isinstance(axes, (tuple, list)) or np.ndim(axes) else [axes]):
+        try:
+            a = operator.index(a)
+        except TypeError:
+            raise TypeError(at_user_line(f"{name}: axis must be an integer, got {a!r}")) from None
         if not -ndim <= a < ndim:
             raise ValueError(at_user_line(f"{name}: axis {a} is out of bounds for an array of rank {ndim}"))
         out.append(a % ndim if ndim else 0)
@@ -234,7 +255,7 @@ def _movement(op: Ops, x: Any, arg: Any) -> Array:
 @eager_op
 def reshape(x, new_sizes: Sequence[int]) -> Array:
     a = to_array(x)
-    new_sizes = tuple(int(s) for s in new_sizes)
+    new_sizes = canonical_shape(new_sizes, "reshape", nonnegative=False)
     if math.prod(new_sizes) != a.size or any(s < 0 for s in new_sizes):
         raise ShapeError(at_user_line(f"reshape: cannot reshape an array of shape {a.shape} (size {a.size}) "
                                       f"into shape {new_sizes}"))
@@ -253,7 +274,7 @@ def transpose(x, permutation: Sequence[int]) -> Array:
 @eager_op
 def broadcast_in_dim(x, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Array:
     """Broadcast `x` to `shape`; operand axis i maps to output axis broadcast_dimensions[i] (jax.lax semantics)."""
-    a, shape = to_array(x), tuple(int(s) for s in shape)
+    a, shape = to_array(x), canonical_shape(shape, "broadcast_in_dim")
     dims = tuple(broadcast_dimensions)
     if len(dims) != a.ndim or any(a.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
         raise ShapeError(at_user_line(f"broadcast_in_dim: cannot broadcast {a.shape} to {shape} "
@@ -427,7 +448,7 @@ def optimization_barrier(x) -> Array:
 # ---- compositions that jax.lax also offers ----
 
 def full(shape: Sequence[int], fill_value, dtype=None) -> Array:
-    shape = tuple(int(s) for s in shape)
+    shape = canonical_shape(shape, "full")
     dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.canonicalize_scalar(
         fill_value.item() if isinstance(fill_value, np.generic) else fill_value)[0]
     if isinstance(fill_value, Array):
@@ -437,12 +458,12 @@ def full(shape: Sequence[int], fill_value, dtype=None) -> Array:
 
 def iota(dtype, size: int) -> Array:
     """[0, 1, ..., size-1] as `dtype`."""
-    return broadcasted_iota(dtype, (size,), 0)
+    return broadcasted_iota(dtype, canonical_shape(size, "iota"), 0)
 
 
 def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
     """An array of `shape` whose value is its index along `dimension`."""
-    dt, shape = dtypes.to_dtype(dtype), tuple(int(s) for s in shape)
+    dt, shape = dtypes.to_dtype(dtype), canonical_shape(shape, "broadcasted_iota")
     dimension = _axes(dimension, len(shape), "broadcasted_iota")[0]
     index = UOp(Ops.IOTA, dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64, (), (shape, dimension))
     return convert_element_type(Array(index), dt)

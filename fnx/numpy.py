@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from typing import Any, Sequence
 
 import ml_dtypes
@@ -94,7 +95,7 @@ def broadcast_shapes(*shapes: Sequence[int], name: str = "broadcast_shapes") -> 
 
 
 def _broadcast(a: Array, shape: tuple[int, ...], name: str = "broadcast_to") -> Array:
-    shape = tuple(int(s) for s in shape)
+    shape = lax.canonical_shape(shape, name)
     if a.shape == shape: return a
     if broadcast_shapes(a.shape, shape, name=name) != shape:
         raise ShapeError(at_user_line(f"{name}: cannot broadcast {_shape_str(a)} to shape {shape}"))
@@ -185,10 +186,7 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | No
 
 
 def _shape_arg(shape: Any, name: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if builtins.any(int(s) < 0 for s in shape):
-        raise ValueError(at_user_line(f"{name}: negative dimensions are not allowed in shape {shape}"))
-    return tuple(int(s) for s in shape)
+    return lax.canonical_shape(shape, name)
 
 
 @eager_op
@@ -212,6 +210,12 @@ def ones(shape: Any, dtype: Any = None) -> Array:
     return lax.full(_shape_arg(shape, "ones"), 1, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
 
 
+@eager_op
+def empty(shape: Any, dtype: Any = None) -> Array:
+    """An array of `shape`; as in JAX, its values are zeros (arrays are never uninitialized)."""
+    return zeros(shape, dtype)
+
+
 def _like(a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], Any]:
     a = _arr(a)
     return (a.shape if shape is None else _shape_arg(shape, "like")), (_dt(a) if dtype is None else dtype)
@@ -227,6 +231,12 @@ def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
 def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Ones with the shape and dtype of `a` (overridable)."""
     return ones(*_like(a, dtype, shape))
+
+
+@eager_op
+def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
+    """Zeros with the shape and dtype of `a` (overridable), as `jax.numpy.empty_like`."""
+    return zeros(*_like(a, dtype, shape))
 
 
 @eager_op
@@ -270,7 +280,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
 
     start/stop may be arrays (broadcast together). Returns the values (and the step when `retstep`).
     """
-    num = int(num)
+    (num,) = lax.canonical_shape(num, "linspace", nonnegative=False)
     if num < 0: raise ValueError(at_user_line(f"linspace: number of samples {num} must be non-negative"))
     (lo, hi), _ = _prep("linspace", start, stop)
     dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(lo))
@@ -290,9 +300,10 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
 @eager_op
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     """A 2-D array with ones on the k-th diagonal and zeros elsewhere (float32 by default)."""
-    shape = (int(N), int(N if M is None else M))
+    shape = lax.canonical_shape((N, N if M is None else M), "eye")
     rows, cols = lax.broadcasted_iota(dtypes.int32, shape, 0), lax.broadcasted_iota(dtypes.int32, shape, 1)
-    return _cast(lax.add(rows, int(k)) == cols, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    diagonal = lax.add(rows, operator.index(k)) == cols
+    return _cast(diagonal, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
 
 
 @eager_op
@@ -1017,7 +1028,7 @@ cumprod = _cumulative("cumprod", lax.cumprod)
 # ---- shapes ----
 
 def _resolve_shape(shape: Any, size: int, name: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    shape = lax.canonical_shape(shape, name, nonnegative=False)
     unknown = [i for i, s in enumerate(shape) if s == -1]
     known = math.prod(s for s in shape if s != -1)
     if len(unknown) > 1 or builtins.any(s < -1 for s in shape) or (unknown and (known == 0 or size % known)) \
@@ -1159,7 +1170,7 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
 def tile(A: Any, reps: Any) -> Array:
     """Repeat the whole array `reps` times along each axis."""
     x = _arr(A, "tile")
-    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    reps = lax.canonical_shape(reps, "tile")
     ndim = builtins.max(x.ndim, len(reps))
     shape, reps = (1,) * (ndim - x.ndim) + x.shape, (1,) * (ndim - len(reps)) + reps
     interleaved = lax.reshape(x, tuple(v for s in shape for v in (1, s)))

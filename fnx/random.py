@@ -190,11 +190,7 @@ def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
     return lax.convert_element_type(lax.bitwise_xor(hi, lo), _UINT[bit_width])
 
 
-def _shape(shape: Any, name: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(not isinstance(s, (int, np.integer)) or s < 0 for s in shape):
-        raise TypeError(at_user_line(f"{name}: shape must be a tuple of nonnegative ints, got {shape}"))
-    return tuple(int(s) for s in shape)
+_shape = lax.canonical_shape
 
 
 @eager_op
