@@ -109,9 +109,20 @@ def _toposort_new(root: UOp, memo: dict[UOp, UOp]) -> list[UOp]:
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """Replace the nodes in `mapping` (and rebuild everything above them)."""
+    """Replace the nodes in `mapping` (and rebuild everything above them).
+
+    PARAMs are scoped: inside the body of a call or control node, the PARAMs of that node's own tag are its
+    parameters, not the mapping's. One body is shared (hash-consed) by every call of a checkpointed function;
+    binding one call's PARAMs must not rewrite the bodies of the other calls it reaches."""
+    tags = {p.arg[3:] for p in mapping if p.op is Ops.PARAM}
+    shadows = (lambda u: u.binds in tags) if tags else (lambda u: False)
     memo = dict(mapping)
-    for u in _toposort_new(root, memo):
-        src = tuple(memo[s] for s in u.src)
+    for u in postorder(root, lambda u: u.operands if shadows(u) else u.src, memo):
+        if shadows(u):
+            inner = {k: v for k, v in mapping.items() if not (k.op is Ops.PARAM and k.arg[3:] == u.binds)}
+            n_bodies = len(u.src) - len(u.operands)
+            src = tuple(substitute(b, inner) for b in u.src[:n_bodies]) + tuple(memo[s] for s in u.src[n_bodies:])
+        else:
+            src = tuple(memo[s] for s in u.src)
         memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
     return memo[root]

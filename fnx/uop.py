@@ -142,6 +142,13 @@ class UOp:
         if self.op in (Ops.COND, Ops.WHILE): return self.src[2:]
         return self.src
 
+    @property
+    def binds(self) -> tuple | None:
+        """The tag of the PARAMs this node's bodies bind (a custom call's or a control node's), else None."""
+        if self.op is Ops.CALL: return getattr(self.arg, "tag", None)
+        if self.op in GroupOp.Control: return (self.arg[0] if isinstance(self.arg, tuple) else self.arg,)
+        return None
+
     @cached_property
     def graph(self) -> list[UOp]:
         """Like toposort, but without entering the bodies of calls and control nodes."""
