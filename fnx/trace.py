@@ -14,6 +14,7 @@ import functools
 import importlib
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,13 +28,17 @@ from fnx.errors import ConcretizationError, at_user_line
 from fnx.uop import Ops, UOp
 
 
-class _State:
-    """How deep we are in op building: 0 means eager (each fnx.numpy call realizes its result)."""
-    depth = 0
-    tracing = 0          # > 0 inside a trace whose values are abstract (jit, make_graph)
-    default_device = canonical_device(config.device)
-    bindings: dict = {}  # PARAM -> concrete value, for transforms traced outside jit (Python `if` on values works)
-    axis_sizes: dict = {}  # named axes of the enclosing vmaps -> their sizes (for collectives)
+class _State(threading.local):
+    """The trace state of one thread (each thread traces and runs on its own, as with JAX's thread-local trace
+    contexts); a new thread starts eager, on the process's default device (FNX_DEVICE)."""
+
+    def __init__(self):
+        self.depth = 0              # how deep we are in op building: 0 means eager (each call realizes its result)
+        self.tracing = 0            # > 0 inside a trace whose values are abstract (jit, make_graph)
+        self.default_device = canonical_device(config.device)
+        self.bindings: dict = {}    # PARAM -> concrete value, for transforms traced outside jit (Python `if` works)
+        self.axis_sizes: dict = {}  # named axes of the enclosing vmaps -> their sizes (for collectives)
+        self.trace_id = 0           # the innermost open trace (0: none); see `Array` and UnexpectedTracerError
 
 
 state = _State()

@@ -464,8 +464,11 @@ def backend() -> Backend:
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fnx-cpu")
     per_device: dict[str, tuple[HostPool, Stream]] = {}  # each device has its own memory and its own queue
 
+    lock = threading.Lock()
+
     def compile(fn: UOp, device: str) -> CPUExecutable:
-        if device not in per_device: per_device[device] = (HostPool(), Stream(device))
+        with lock:  # threads compiling at once share one memory pool and one queue per device
+            if device not in per_device: per_device[device] = (HostPool(), Stream(device))
         return CPUExecutable(fn, device, _compiler(), pool, threads, *per_device[device])
     return Backend("cpu", compile)
 

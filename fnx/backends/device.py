@@ -284,6 +284,7 @@ class Backend:
 
 _backends: dict[str, Callable[[], Backend]] = {}
 _loaded: dict[str, Backend] = {}
+_loading = threading.Lock()
 
 
 def register_backend(platform: str, loader: Callable[[], Backend]) -> None:
@@ -297,10 +298,11 @@ def platform_of(device: str) -> str:
 def get_backend(device: str) -> Backend:
     """The backend for a device name such as 'cpu', 'cpu:0' or 'interp'."""
     platform = platform_of(device)
-    if platform not in _loaded:
-        if platform not in _backends:
-            raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_backends)}")
-        _loaded[platform] = _backends[platform]()
+    if (loaded := _loaded.get(platform)) is not None: return loaded
+    if platform not in _backends:
+        raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_backends)}")
+    with _loading:  # two threads' first ops: one backend (one thread pool, one memory pool per device)
+        if platform not in _loaded: _loaded[platform] = _backends[platform]()
     return _loaded[platform]
 
 

@@ -155,13 +155,16 @@ class NativePool:
 
 
 _pools: dict[int, NativePool] = {}
+_pools_lock = threading.Lock()
 _X86 = platform.machine().lower() in ("x86_64", "amd64")  # the workers' spin loop uses x86's `pause`
 
 
 def pool(compiler, workers: int) -> NativePool | None:
     """The process's native pool with `workers` workers (None when there is nothing to run on other cores)."""
     if workers < 1 or not _X86: return None
-    if workers not in _pools: _pools[workers] = NativePool(compiler, workers)
+    if (found := _pools.get(workers)) is not None: return found
+    with _pools_lock:  # one pool per size: a second one made by a racing thread would free code its workers run
+        if workers not in _pools: _pools[workers] = NativePool(compiler, workers)
     return _pools[workers]
 
 
@@ -174,7 +177,9 @@ def _stop_workers() -> None:
 
 
 def _forget_after_fork() -> None:  # a forked child has none of the parent's threads: start again when needed
+    global _pools_lock
     _pools.clear()
+    _pools_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_forget_after_fork)
