@@ -53,7 +53,8 @@ def device_count(backend: str | None = None) -> int:
     return len(devices(backend))
 
 
-def _name(device: Any) -> str:
+def device_name(device: Any) -> str:
+    """The canonical name ('cpu:0') of a Device or a device name ('cpu', 'interp:0'); ValueError for unknown ones."""
     return device.name if isinstance(device, Device) else canonical_device(str(device))
 
 
@@ -61,7 +62,7 @@ def device_put(x: Any, device: Any = None) -> Any:
     """Place arrays (a pytree of them) on `device` (a Device or a name like 'cpu' or 'interp'); copies host data."""
     from fnx import tree_util
     from fnx.lax import to_array
-    target = _name(device) if device is not None else state.default_device
+    target = device_name(device) if device is not None else state.default_device
 
     def put(leaf):
         value = np.asarray(leaf) if not isinstance(leaf, Array) else np.asarray(leaf)
@@ -75,7 +76,7 @@ def device_put(x: Any, device: Any = None) -> Any:
 @contextlib.contextmanager
 def default_device(device: Any):
     """Within this block, new arrays and computations go to `device`."""
-    previous, state.default_device = state.default_device, _name(device)
+    previous, state.default_device = state.default_device, device_name(device)
     try:
         yield
     finally:

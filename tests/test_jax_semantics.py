@@ -104,3 +104,67 @@ def test_integer_like_shapes_are_accepted():
     assert jnp.zeros((np.int64(2), True)).shape == jjnp.zeros((np.int64(2), True)).shape == (2, 1)
     assert jnp.zeros(jnp.array(3)).shape == (3,)
     assert jnp.ones(4).reshape(np.array([-1, 2])).shape == (2, 2)
+
+
+def _both(call):
+    """`call(jax_module, jnp_module)` on JAX and on fnx."""
+    return call(jax, jjnp), call(fnx, jnp)
+
+
+def test_jit_static_argnums_past_the_signature_raise_value_error():
+    for module in (jax, fnx):
+        with pytest.raises(ValueError, match="static_argnums"):
+            module.jit(lambda x: x, static_argnums=3)(1.0)
+        with pytest.raises(ValueError, match="donate_argnums"):
+            module.jit(lambda x: x, donate_argnums=(0, 2))(1.0)
+        with pytest.raises(ValueError):
+            module.jit(lambda x: x, static_argnames="y")(1.0)
+
+
+def test_jit_negative_static_argnums():
+    expected, got = _both(lambda j, m: j.jit(lambda x, n: x * n, static_argnums=(-1,))(m.ones(2), 3))
+    np.testing.assert_array_equal(got, expected)
+    jitted = fnx.jit(lambda *xs: xs[0] * xs[-1], static_argnums=-1)  # *args: resolved per call, as in JAX
+    assert jitted(jnp.ones(2), 3).tolist() == [3.0, 3.0] and jitted(jnp.ones(2), 2.0, 4).tolist() == [4.0, 4.0]
+
+
+def test_jit_rejects_unknown_keywords():
+    for module in (jax, fnx):
+        with pytest.raises(TypeError, match="static_argnum"):
+            module.jit(lambda x: x, static_argnum=1)
+
+
+def test_jit_device_and_backend_are_honoured_or_rejected():
+    for where in ("interp", fnx.devices("interp")[0]):
+        out = fnx.jit(lambda x: x + 1, device=where)(jnp.ones(2))
+        assert out.device.platform == "interp" and out.tolist() == [2.0, 2.0]
+    assert fnx.jit(lambda x: x + 1, backend="interp")(jnp.ones(2)).device.platform == "interp"
+    assert fnx.jit(lambda x: x + 1, backend="interp").lower(jnp.ones(2)).compile()(jnp.ones(2)).device.platform == \
+        "interp"
+    with pytest.raises(ValueError, match="nope"):
+        fnx.jit(lambda x: x, backend="nope")
+    with pytest.raises(ValueError, match="at most one"):
+        fnx.jit(lambda x: x, backend="cpu", device="cpu")
+    with pytest.raises(fnx.errors.UnsupportedError, match="in_shardings"):
+        fnx.jit(lambda x: x, in_shardings=object())
+    assert fnx.jit(lambda x: x, keep_unused=True, inline=True)(1.0) == 1.0
+
+
+@pytest.mark.parametrize("bad", [jnp.ones(3), jnp.ones(2, jnp.int32), jnp.ones((2, 1)), jnp.ones(2, jnp.float16)])
+def test_compiled_rejects_other_shapes_and_dtypes(bad):
+    compiled = fnx.jit(lambda x, y: x + y).lower(jnp.ones(2), jnp.ones(2)).compile()
+    with pytest.raises(TypeError, match=r"'x' compiled with float32\[2\] and called with"):
+        compiled(bad, jnp.ones(2))
+    with pytest.raises(TypeError, match="structure"):
+        compiled(jnp.ones(2))
+    assert compiled(jnp.ones(2), jnp.full(2, 2.0)).tolist() == [3.0, 3.0]
+    jax_compiled = jax.jit(lambda x, y: x + y).lower(jjnp.ones(2), jjnp.ones(2)).compile()
+    with pytest.raises(TypeError):
+        jax_compiled(jjnp.asarray(np.asarray(bad)), jjnp.ones(2))
+
+
+def test_compiled_names_tree_arguments_and_takes_only_dynamic_ones():
+    compiled = fnx.jit(lambda p, n: p["w"] * n, static_argnums=1).lower({"w": jnp.ones(2)}, 3).compile()
+    assert compiled({"w": jnp.ones(2)}).tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match=r"\"p\['w'\]\" compiled with float32\[2\] and called with float32\[5\]"):
+        compiled({"w": jnp.ones(5)})

@@ -18,7 +18,8 @@ import numpy as np
 from fnx import tree_util
 from fnx.backends.device import Buffer, Executable
 from fnx.debug.printing import format_function
-from fnx.errors import at_user_line
+from fnx.devices import default_device, device_name
+from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
 from fnx.uop import Ops, UOp
 
@@ -46,6 +47,8 @@ class Lowered:
     traced: Traced
     executable: Executable
     donated: tuple[int, ...] = ()
+    arg_names: tuple[str, ...] = ()  # one per flat argument leaf, for Compiled's errors ('x', "params['w']")
+    device: str | None = None        # where it was compiled (its Compiled runs there)
 
     def __post_init__(self):  # what every call needs, worked out once
         traced = self.traced
@@ -69,14 +72,51 @@ class Lowered:
 
 @dataclass
 class Compiled:
+    """The executable of `jit(f).lower(*args).compile()`: call it with the non-static arguments, of the shapes and
+    dtypes it was lowered for (anything else raises TypeError, as in JAX)."""
     lowered: Lowered
 
-    def __call__(self, *args) -> Any:
-        leaves, _ = tree_util.tree_flatten(args)
-        return _run(self.lowered, leaves)
+    def __call__(self, *args, **kwargs) -> Any:
+        leaves, tree = tree_util.tree_flatten((args, kwargs))
+        _check_compiled_args(self.lowered, leaves, tree)
+        with default_device(self.lowered.device or state.default_device):
+            return _run(self.lowered, leaves)
 
     def as_text(self, stage: str | None = None) -> str:
         return self.lowered.as_text(stage)
+
+
+def _check_compiled_args(lowered: Lowered, leaves: list, tree: Any) -> None:
+    """TypeError naming each argument whose structure, shape or dtype differs from what `lowered` was compiled for
+    (a compiled executable would otherwise read its memory as another shape or dtype)."""
+    if tree != lowered.traced.in_tree:
+        raise TypeError(at_user_line(f"compiled function: called with arguments of structure {tree}, but it was "
+                                     f"compiled for {lowered.traced.in_tree} (static arguments are left out)"))
+    mismatches = []
+    for i, (leaf, param) in enumerate(zip(leaves, lowered.params)):
+        shape, dtype, _ = abstract_leaf(leaf)
+        if shape != param.shape or dtype != param.dtype:
+            name = lowered.arg_names[i] if i < len(lowered.arg_names) else f"argument {i}"
+            mismatches.append(f"argument {name!r} compiled with {param.dtype}{list(param.shape)} and called with "
+                              f"{dtype}{list(shape)}")
+    if mismatches:
+        raise TypeError(at_user_line("compiled function: argument types differ from the types it was compiled "
+                                     "for: " + "; ".join(mismatches)))
+
+
+def _arg_names(signature: inspect.Signature | None, dynamic_numbers: list[int], tree: tuple) -> tuple[str, ...]:
+    """The name of each flat leaf of (dynamic args, dynamic kwargs): the parameter name and the path inside it."""
+    params = [p for p in signature.parameters.values()] if signature is not None else []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = []
+    for path, _ in tree_util.tree_flatten_with_path(tree)[0]:
+        if path[0].idx == 0:
+            number = dynamic_numbers[path[1].idx]
+            base = positional[number] if number < len(positional) else f"args[{number}]"
+        else:
+            base = str(path[1].key)
+        names.append(base + tree_util.keystr(path[2:]))
+    return tuple(names)
 
 
 def _run(lowered: Lowered, leaves: Sequence) -> Any:
@@ -110,25 +150,54 @@ class Jitted:
     """The callable `fnx.jit(f)` returns. Calling it traces and compiles once per input signature."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], static_argnames: Sequence[str],
-                 donate_argnums: Sequence[int]):
-        self.fun, self.donate_argnums = fun, tuple(donate_argnums)
+                 donate_argnums: Sequence[int], donate_argnames: Sequence[str] = (), device: str | None = None):
+        self.fun, self._device = fun, device
         self._signature = _signature_or_none(fun)
-        self.static_argnums = tuple(static_argnums)
+        params = list(self._signature.parameters.values()) if self._signature is not None else []
+        self._positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._varargs = self._signature is None or any(p.kind is p.VAR_POSITIONAL for p in params)
+        var_keywords = self._signature is None or any(p.kind is p.VAR_KEYWORD for p in params)
+        named = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        for what, names in (("static_argnames", static_argnames), ("donate_argnames", donate_argnames)):
+            unknown = [n for n in names if n not in named]
+            if unknown and not var_keywords:
+                raise ValueError(at_user_line(f"jit: {what}={tuple(names)} names {unknown}, which the function "
+                                              f"does not take (its parameters: {named})"))
+        self.static_argnums = self._argnums("static_argnums", static_argnums)
         self.static_argnames = tuple(static_argnames)
-        params = list(self._signature.parameters) if self._signature is not None else []
-        self._static_positions = {params.index(n) for n in self.static_argnames if n in params}
-        self._flat_ok = not self.static_argnums and not self.static_argnames
+        self.donate_argnums = self._argnums("donate_argnums", donate_argnums) + tuple(
+            self._positional.index(n) for n in donate_argnames if n in self._positional)
+        self._static_positions = {self._positional.index(n) for n in self.static_argnames if n in self._positional}
+        self._flat_ok = not self.static_argnums and not self.static_argnames and device is None
         self._cache: dict[Any, Lowered] = {}
         self._fast: dict[Any, Lowered] = {}
         functools.update_wrapper(self, fun)
+
+    def _argnums(self, what: str, argnums: Sequence[int]) -> tuple[int, ...]:
+        """Argument numbers checked against the signature, as JAX does: negative ones count from the end (resolved
+        here, or per call for a function taking *args); ValueError for numbers past the positional parameters."""
+        out = []
+        for i in argnums:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+                raise TypeError(at_user_line(f"jit: {what} must be integers, got {argnums!r}"))
+            n = len(self._positional)
+            if not self._varargs and not -n <= i < n:
+                raise ValueError(at_user_line(f"jit: {what}={tuple(argnums)}, but the function only accepts {n} "
+                                              f"positional arguments ({self._positional})"))
+            out.append(int(i) % n if not self._varargs and i < 0 else int(i))
+        return tuple(out)
+
+    def _static_numbers(self, nargs: int) -> set[int]:
+        """The positions of the static arguments of a call with `nargs` positional arguments."""
+        return {i + nargs if i < 0 else i for i in self.static_argnums} | self._static_positions
 
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, Any]:
         """(dynamic args, hashable static key); keyword arguments are bound to positions when possible."""
         if kwargs and self._signature is not None:
             bound = self._signature.bind(*args, **kwargs)
             args, kwargs = tuple(bound.args), dict(bound.kwargs)
-        static_nums = set(self.static_argnums) | self._static_positions
-        static = tuple((i, args[i]) for i in sorted(static_nums) if i < len(args))
+        static_nums = self._static_numbers(len(args))
+        static = tuple((i, args[i]) for i in sorted(static_nums) if 0 <= i < len(args))
         static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         dynamic = tuple(a for i, a in enumerate(args) if i not in static_nums)
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
@@ -153,15 +222,24 @@ class Jitted:
                 full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
                 return self.fun(*full, **kw, **static_kw)
             traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals))
-            donated = _donated_leaves(self.donate_argnums, set(self.static_argnums) | self._static_positions,
-                                      dynamic) if self.donate_argnums else ()
-            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device), donated)
+            nargs = len(dynamic) + len(static_pos)
+            static_numbers = self._static_numbers(nargs)
+            donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
+            donated = _donated_leaves(donate, static_numbers, dynamic) if donate else ()
+            dynamic_numbers = [i for i in range(nargs) if i not in static_numbers]
+            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device), donated,
+                                                 _arg_names(self._signature, dynamic_numbers, (dynamic, dyn_kwargs)),
+                                                 state.default_device)
             if donated: _warn_unusable(lowered)
         return lowered, leaves
 
     def __call__(self, *args, **kwargs) -> Any:
         if state.depth:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
+        if self._device is not None:  # jit(..., device=/backend=): run there, as under fnx.default_device
+            with default_device(self._device):
+                lowered, leaves = self._lower(args, kwargs)
+                return _run(lowered, leaves)
         if not kwargs and self._flat_ok and (key := _flat_key(args)) is not None:
             # the common case, kept lean: flat positional arrays need no tree flattening
             lowered = self._fast.get(key)
@@ -174,6 +252,9 @@ class Jitted:
         return _run(lowered, leaves)
 
     def lower(self, *args, **kwargs) -> Lowered:
+        if self._device is not None:
+            with default_device(self._device):
+                return self._lower(args, kwargs)[0]
         return self._lower(args, kwargs)[0]
 
     def trace_count(self) -> int:
@@ -209,20 +290,29 @@ def _signature_or_none(fun: Callable) -> inspect.Signature | None:
         return None
 
 
-def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
-        static_argnames: str | Sequence[str] = (),
-        donate_argnums: int | Sequence[int] = (), **unused) -> Any:
+def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings: Any = None,
+        static_argnums: int | Sequence[int] | None = None, static_argnames: str | Sequence[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None, donate_argnames: str | Sequence[str] | None = None,
+        keep_unused: bool = False, device: Any = None, backend: str | None = None, inline: bool = False,
+        abstracted_axes: Any = None, compiler_options: dict | None = None) -> Any:
     """Compile `fun` with fnx's kernel compiler; traced once per input shapes/dtypes and static arguments.
 
     Args:
       fun: a function of arrays (pytrees of arrays) returning arrays.
       static_argnums / static_argnames: arguments treated as compile-time constants (must be hashable);
-        a new value retraces.
-      donate_argnums: positional arguments whose buffers the call may reuse for its outputs, as in JAX: an output
-        of the same shape and dtype is written into a donated argument's memory when the computation provably
-        never reads an element after overwriting it (see fnx.lower.memory.donation_aliases), and when no numpy
-        view of it is alive. The donated Array is then deleted: using it raises RuntimeError. A donated argument
-        that can hold no output gets a warning at compile time and stays valid.
+        a new value retraces. Negative numbers count from the end; numbers or names the function does not take
+        raise ValueError, as in JAX.
+      donate_argnums / donate_argnames: positional arguments whose buffers the call may reuse for its outputs, as
+        in JAX: an output of the same shape and dtype is written into a donated argument's memory when the
+        computation provably never reads an element after overwriting it (see fnx.lower.memory.donation_aliases),
+        and when no numpy view of it is alive. The donated Array is then deleted: using it raises RuntimeError. A
+        donated argument that can hold no output gets a warning at compile time and stays valid.
+      device / backend: run on this device (a Device or a name such as 'cpu' or 'interp') or on this platform's
+        first device; at most one of them. ValueError for unknown ones.
+      keep_unused, inline: accepted for JAX compatibility; fnx always keeps every argument and always inlines a
+        jitted function called inside another trace.
+      in_shardings, out_shardings, abstracted_axes, compiler_options: only None is supported (UnsupportedError
+        otherwise, never silently ignored).
 
     Returns:
       A callable with `.lower(*args)` giving the traced and compiled form (`.as_text()`, `.compile()`).
@@ -232,11 +322,28 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
       >>> f(jnp.arange(3))
       Array([1, 3, 5], dtype=int32)
     """
-    as_tuple = lambda v: (v,) if isinstance(v, (int, str)) else tuple(v)  # noqa: E731
+    options = dict(in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
+                   static_argnames=static_argnames, donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                   keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+                   abstracted_axes=abstracted_axes, compiler_options=compiler_options)
     if fun is None:
-        return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                             donate_argnums=donate_argnums)
-    return Jitted(fun, as_tuple(static_argnums), as_tuple(static_argnames), as_tuple(donate_argnums))
+        return lambda f: jit(f, **options)
+    if not callable(fun):
+        raise TypeError(at_user_line(f"jit: expected a function, got {type(fun).__name__} {fun!r}"))
+    unsupported = [k for k in ("in_shardings", "out_shardings", "abstracted_axes", "compiler_options")
+                   if options[k] is not None]
+    if unsupported:
+        raise UnsupportedError(at_user_line(f"jit: {', '.join(unsupported)} are not supported by fnx (only None)"))
+    if device is not None and backend is not None:
+        raise ValueError(at_user_line("jit: pass at most one of device= and backend="))
+    try:
+        where = None if device is None and backend is None else device_name(device if device is not None else
+                                                                             backend)
+    except ValueError as err:
+        raise ValueError(at_user_line(f"jit: {err}")) from None
+    as_tuple = lambda v: () if v is None else (v,) if isinstance(v, (int, str)) else tuple(v)  # noqa: E731
+    return Jitted(fun, as_tuple(static_argnums), as_tuple(static_argnames), as_tuple(donate_argnums),
+                  as_tuple(donate_argnames), where)
 
 
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
