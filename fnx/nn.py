@@ -18,6 +18,7 @@ from fnx import lax
 from fnx import numpy as jnp
 from fnx.errors import at_user_line
 from fnx.trace import Array, eager_op
+from fnx.transforms.custom import custom_jvp  # JAX gives relu, relu6 and softplus their own derivatives
 
 __all__ = ["celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "identity",
            "initializers", "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6",
@@ -74,6 +75,30 @@ def _erfc(x: Array) -> Array:
 
 # ---- activations ----
 
+def _with_tangent(fun, tangent):
+    """`fun` of one array with JAX's custom derivative: the output tangent is `tangent(x, t)`."""
+    wrapped = custom_jvp(fun)
+
+    @wrapped.defjvp
+    def jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return wrapped(x), tangent(x, t)
+    return wrapped
+
+
+def _passes_where(keep):
+    """A tangent rule passing the tangent where `keep(x)` and 0 elsewhere: relu's derivative is 0 at 0 in JAX, not
+    the 0.5 that maximum's tie rule gives."""
+    return lambda x, t: jnp.where(keep(x), t, jnp.zeros_like(t))
+
+
+_relu = _with_tangent(lambda x: jnp.maximum(x, 0), _passes_where(lambda x: x > 0))
+_relu6 = _with_tangent(lambda x: jnp.minimum(jnp.maximum(x, 0), 6), _passes_where(lambda x: (x > 0) & (x < 6)))
+# softplus' derivative is sigmoid(x), also at 0 (the stable formula below has a maximum and an abs that tie there)
+_softplus = _with_tangent(lambda x: jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x))),
+                          lambda x, t: t / (1 + jnp.exp(-x)))
+
+
 @eager_op
 def identity(x: Any) -> Array:
     """The identity activation: returns `x` as an Array.
@@ -100,8 +125,10 @@ def relu(x: Any) -> Array:
     Example:
       >>> fnx.nn.relu(jnp.array([-2.0, 0.0, 3.0]))
       Array([0., 0., 3.], dtype=float32)
+
+    Its derivative is 0 at 0, as in JAX.
     """
-    return jnp.maximum(x, 0)
+    return _relu(jnp.asarray(x))
 
 
 @eager_op
@@ -118,7 +145,7 @@ def relu6(x: Any) -> Array:
       >>> fnx.nn.relu6(jnp.array([-1.0, 3.0, 9.0]))
       Array([0., 3., 6.], dtype=float32)
     """
-    return jnp.minimum(jnp.maximum(x, 0), 6)
+    return _relu6(jnp.asarray(x))
 
 
 @eager_op
@@ -153,8 +180,7 @@ def softplus(x: Any) -> Array:
       >>> fnx.nn.softplus(jnp.array([0.0, 1000.0]))
       Array([6.9314718e-01, 1.0000000e+03], dtype=float32)
     """
-    x = _as_float(x)
-    return jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.abs(x)))
+    return _softplus(_as_float(x))
 
 
 @eager_op
@@ -307,7 +333,8 @@ def hard_tanh(x: Any) -> Array:
     Returns:
       An array of the same shape as `x`.
     """
-    return jnp.clip(x, -1, 1)
+    x = jnp.asarray(x)
+    return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))  # as jax.nn: the derivative at +-1 is 1
 
 
 @eager_op

@@ -168,3 +168,38 @@ def test_compiled_names_tree_arguments_and_takes_only_dynamic_ones():
     assert compiled({"w": jnp.ones(2)}).tolist() == [3.0, 3.0]
     with pytest.raises(TypeError, match=r"\"p\['w'\]\" compiled with float32\[2\] and called with float32\[5\]"):
         compiled({"w": jnp.ones(5)})
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "jacfwd", "hessian"])
+def test_differentiating_integer_inputs_raises_type_error(transform):
+    f = (lambda x: (x * 2).sum()) if transform in ("grad", "hessian") else (lambda x: x * 2)
+    with pytest.raises(TypeError):
+        getattr(jax, transform)(f)(jjnp.arange(3))
+    with pytest.raises(TypeError, match="float"):
+        getattr(fnx, transform)(f)(jnp.arange(3))
+    with pytest.raises(TypeError, match="argument 1"):
+        getattr(fnx, transform)(lambda x, n: x * n, argnums=(0, 1))(jnp.ones(2), jnp.arange(2))
+
+
+# ---- derivatives at ties and kinks ----
+
+TIE_POINTS = [-6.0, -3.0, -1.0, -0.0, 0.0, 1.0, 3.0, 6.0]
+ACTIVATIONS = ["relu", "relu6", "elu", "celu", "selu", "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "silu",
+               "softplus", "sigmoid", "log_sigmoid", "soft_sign"]
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_derivatives_at_kinks_match_jax(name):
+    """relu'(0) is 0 in JAX (a custom_jvp), not maximum's 0.5 tie split; likewise relu6, hard_tanh, softplus."""
+    got = [float(fnx.grad(getattr(fnx.nn, name))(p)) for p in TIE_POINTS]
+    expected = [float(jax.grad(getattr(jax.nn, name))(p)) for p in TIE_POINTS]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(fnx.jit(fnx.vmap(fnx.grad(getattr(fnx.nn, name))))(jnp.array(TIE_POINTS)), expected,
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_maximum_still_splits_ties_like_jax():
+    for p in (0.0, 1.0):
+        assert float(fnx.grad(lambda x: jnp.maximum(x, p))(p)) == float(jax.grad(lambda x: jjnp.maximum(x, p))(p))
+    assert float(fnx.grad(lambda x: jnp.clip(x, -1.0, 1.0))(1.0)) == float(
+        jax.grad(lambda x: jjnp.clip(x, -1.0, 1.0))(1.0)) == 0.5

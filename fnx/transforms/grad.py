@@ -114,6 +114,18 @@ def _argnums_tuple(argnums: int | Sequence[int], nargs: int, name: str) -> tuple
     return tuple(n % nargs for n in nums)
 
 
+def _float_argnums(argnums: int | Sequence[int], args: tuple, name: str) -> tuple[int, ...]:
+    """`_argnums_tuple`, raising TypeError (as JAX does) when a differentiated argument has a non-float leaf."""
+    nums = _argnums_tuple(argnums, len(args), name)
+    for n in nums:
+        for leaf in tree_util.tree_leaves(args[n]):
+            dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
+            if not dt.is_float:
+                raise TypeError(at_user_line(f"{name} requires real-valued (float) inputs, but argument {n} has "
+                                             f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
+    return nums
+
+
 def partial(fun: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...]) -> Callable:
     """`fun` as a function of the arguments at positions `nums` only (the others fixed to `args`)."""
     def partial_fun(*diff_args):
@@ -143,7 +155,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
       >>> y, pullback = fnx.vjp(jnp.sin, 0.5)
       >>> pullback(1.0)   # (cos(0.5),)
     """
-    traced = trace(fun, primals, transform=True)
+    traced = trace(fun, primals, transform=True, kind=f"vjp of {getattr(fun, '__name__', 'a function')}")
     leaves = tree_util.tree_leaves(primals)
     params = list(traced.fn.src[1:])
     body_outs = list(traced.body.src)
@@ -201,13 +213,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
       (Array(5.), Array([0., 2., 4.]))
     """
     def wrapped(*args, **kwargs):
-        nums = _argnums_tuple(argnums, len(args), "grad")
-        for n in nums:
-            for leaf in tree_util.tree_leaves(args[n]):
-                dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
-                if not dt.is_float:
-                    raise TypeError(at_user_line(f"grad requires real-valued (float) inputs, but argument {n} has "
-                                                 f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
+        nums = _float_argnums(argnums, args, "grad")
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
@@ -243,9 +249,10 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     """The Jacobian of `fun` by reverse mode: one pullback per output element.
 
     For outputs of shape S and an input of shape T the result has shape S + T (pytrees: nested like JAX).
+    Integer inputs raise TypeError, as in JAX.
     """
     def wrapped(*args, **kwargs):
-        nums = _argnums_tuple(argnums, len(args), "jacrev")
+        nums = _float_argnums(argnums, args, "jacrev")
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]

@@ -15,7 +15,7 @@ import numpy as np
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, building, inline, trace
-from fnx.transforms.grad import _argnums_tuple, _finish, _graph, _product_of_others, jacrev, partial
+from fnx.transforms.grad import _finish, _float_argnums, _graph, _product_of_others, jacrev, partial
 from fnx.uop import GroupOp, Ops, UOp
 
 
@@ -74,7 +74,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
     primals, tangents = tuple(primals), tuple(tangents)
     if tree_util.tree_structure(primals) != tree_util.tree_structure(tangents):
         raise TypeError(at_user_line("jvp: primals and tangents must have the same pytree structure"))
-    traced = trace(fun, primals, transform=True)
+    traced = trace(fun, primals, transform=True, kind=f"jvp of {getattr(fun, '__name__', 'a function')}")
     leaves = tree_util.tree_leaves(primals)
     t_leaves = tree_util.tree_leaves(tangents)
     for p, t in zip(leaves, t_leaves):
@@ -111,11 +111,12 @@ def linearize(fun: Callable, *primals: Any) -> tuple:
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of `fun` by forward mode: one jvp per input element; shape out_shape + in_shape."""
+    """The Jacobian of `fun` by forward mode: one jvp per input element; shape out_shape + in_shape.
+    Integer inputs raise TypeError, as in JAX."""
     import fnx.numpy as jnp
 
     def wrapped(*args, **kwargs):
-        nums = _argnums_tuple(argnums, len(args), "jacfwd")
+        nums = _float_argnums(argnums, args, "jacfwd")
         diff = [args[n] for n in nums]
 
         partial_fun = partial(fun, args, kwargs, nums)
