@@ -71,7 +71,8 @@ def body_params(node: UOp, body: UOp) -> list[UOp]:
 
 def _trace_body(fun: Callable, example_args: tuple, tag: int) -> tuple[Any, list, list[UOp]]:
     """Trace `fun` on abstract arguments shaped like `example_args`: (traced, own params, output uops)."""
-    traced = trace(fun, example_args, transform=True, tag=(tag,), abstract=True)
+    traced = trace(fun, example_args, transform=True, tag=(tag,), abstract=True,
+                   kind=f"a control-flow body ({getattr(fun, '__name__', 'a function')})")
     return traced, list(traced.fn.src[1:]), list(traced.body.src)
 
 

@@ -30,6 +30,11 @@ class ConcretizationError(FnxError, TypeError):
     """A traced value was used where a concrete Python value is needed (bool(), int(), float(), indexing)."""
 
 
+class UnexpectedTracerError(FnxError, RuntimeError):
+    """A value traced inside jit or a transform was used after that trace ended (it escaped through a side
+    effect: a global, a list, an attribute), like jax.errors.UnexpectedTracerError."""
+
+
 class UnsupportedError(FnxError, NotImplementedError):
     """An operation fnx does not support for these inputs, transform or backend."""
 

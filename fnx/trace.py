@@ -24,7 +24,7 @@ from fnx import dtypes, tree_util
 from fnx.backends.device import Buffer, Executable, canonical_device, get_backend
 from fnx.config import config
 from fnx.dtypes import DType
-from fnx.errors import ConcretizationError, at_user_line
+from fnx.errors import ConcretizationError, UnexpectedTracerError, at_user_line, user_frame
 from fnx.uop import Ops, UOp
 
 
@@ -38,7 +38,15 @@ class _State(threading.local):
         self.default_device = canonical_device(config.device)
         self.bindings: dict = {}    # PARAM -> concrete value, for transforms traced outside jit (Python `if` works)
         self.axis_sizes: dict = {}  # named axes of the enclosing vmaps -> their sizes (for collectives)
-        self.trace_id = 0           # the innermost open trace (0: none); see `Array` and UnexpectedTracerError
+        self.trace: TraceInfo | None = None  # the innermost open trace: values built under it belong to it
+
+
+class TraceInfo:
+    """One trace (jit, a transform, a control-flow body): the values built under it are valid while it is open."""
+    __slots__ = ("kind", "where", "closed")
+
+    def __init__(self, kind: str, where: str):
+        self.kind, self.where, self.closed = kind, where, False
 
 
 state = _State()
@@ -65,7 +73,7 @@ class Array:
     returning results from a jitted call makes no IR nodes. Its value may still be being computed (asynchronous
     dispatch): reading it on the host (np.asarray, printing, float(), block_until_ready) waits.
     """
-    __slots__ = ("_uop", "_buffer", "_shape", "_dtype", "weak_type", "__weakref__")
+    __slots__ = ("_uop", "_buffer", "_shape", "_dtype", "weak_type", "_trace", "__weakref__")
     __array_priority__ = 100
 
     def __init__(self, uop: UOp, weak_type: bool = False):
@@ -76,19 +84,28 @@ class Array:
         """A concrete array of `shape` over `buffer` (no UOp is built until one is needed)."""
         array = object.__new__(cls)
         array._uop, array._buffer, array._shape = None, buffer, shape
-        array._dtype, array.weak_type = buffer.dtype, weak_type
+        array._dtype, array.weak_type, array._trace = buffer.dtype, weak_type, None
         return array
 
     @property
     def uop(self) -> UOp:
         """The array's graph: a BUFFER for a concrete array, a lazy graph over PARAMs under a trace."""
         if self._uop is None: self._uop = UOp(Ops.BUFFER, self._dtype, (), (self._buffer, self._shape))
+        elif self._trace is not None and self._trace.closed: self._escaped()
         return self._uop
 
     @uop.setter
     def uop(self, uop: UOp) -> None:
         self._uop, self._shape, self._dtype = uop, uop.shape, uop.dtype
         self._buffer = uop.arg[0] if uop.op is Ops.BUFFER else None
+        self._trace = state.trace if self._buffer is None and uop.op is not Ops.CONST else None
+
+    def _escaped(self):
+        trace = self._trace
+        raise UnexpectedTracerError(at_user_line(
+            f"encountered an unexpected tracer: a value of shape {self._shape} and dtype {self._dtype} built "
+            f"inside {trace.kind} (traced at {trace.where}) was used after that trace ended. It escaped through a "
+            "side effect (a global, a list, an attribute, a closure); return it from the function instead"))
 
     shape = property(lambda self: self._shape)
     dtype = property(lambda self: self._dtype.np)
@@ -124,6 +141,7 @@ class Array:
     def _value(self) -> np.ndarray:
         """The value as a numpy array (runs pending work; raises ConcretizationError under a trace)."""
         if self._buffer is None:
+            if self._trace is not None and self._trace.closed: self._escaped()
             if state.tracing:
                 raise ConcretizationError(at_user_line(
                     f"a traced value of shape {self.shape} and dtype {self._dtype} was used where a concrete "
@@ -170,12 +188,15 @@ class Array:
     __hash__ = None  # arrays are not hashable, as in numpy and JAX
 
     def __repr__(self) -> str:
-        if self._buffer is None and state.tracing:
+        if self._buffer is None and (state.tracing or (self._trace is not None and self._trace.closed)):
             return f"Traced<{self._dtype}{list(self.shape)}>"
-        value = self._value()
-        body = np.array2string(value, separator=", ", prefix="Array(")
-        default = self._dtype in (dtypes.float32, dtypes.int32, dtypes.bool_)
-        return f"Array({body}{'' if default else f', dtype={self._dtype}'})"
+        value, prefix = self._value(), "Array("  # JAX's layout: the dtype always shown, weak types marked
+        dtype = f"dtype={self._dtype}" + (", weak_type=True" if self.weak_type else "")
+        width = np.get_printoptions()["linewidth"]
+        body = f"[], shape={self.shape}" if value.size == 0 else np.array2string(
+            value, prefix=prefix, suffix=",", separator=", ", max_line_width=width)
+        separator = " " * len(prefix) if len(body) - body.rfind("\n") + 1 + len(dtype) + 2 > width else " "
+        return f"{prefix}{body},{separator}{dtype})"
 
     def __str__(self) -> str:
         return str(self._value()) if self._buffer is not None or not state.tracing else repr(self)
@@ -289,14 +310,28 @@ def fresh_tag() -> int:
 
 
 def trace(f: Callable, args: tuple, device: str | None = None, avals: list | None = None,
-          transform: bool = False, tag: tuple | None = None, abstract: bool = False) -> Traced:
+          transform: bool = False, tag: tuple | None = None, abstract: bool = False, kind: str | None = None) -> Traced:
     """Trace `f(*args)` into a FUNCTION over one PARAM per array leaf of `args`.
 
     jit traces (transform=False) are abstract and hoist closed-over arrays to extra PARAMs. Transforms
     (transform=True) get PARAMs of their own (tagged, so they never collide with an enclosing trace's), keep
     closed-over arrays as constants, and, outside jit, bind their PARAMs to the concrete arguments so Python
     control flow on values works as in JAX.
+
+    Values built while `f` runs belong to this trace: one used after it returns (kept in a global or a list)
+    raises UnexpectedTracerError naming `kind` and the line that started the trace.
     """
+    opened = TraceInfo(kind or f"a {'transform' if transform else 'jit'} of {getattr(f, '__name__', 'a function')}",
+                       user_frame())
+    outer, state.trace = state.trace, opened
+    try:
+        return _trace(f, args, device, avals, transform, tag, abstract)
+    finally:
+        opened.closed, state.trace = True, outer
+
+
+def _trace(f: Callable, args: tuple, device: str | None, avals: list | None, transform: bool, tag: tuple | None,
+           abstract: bool) -> Traced:
     leaves, in_tree = tree_util.tree_flatten(args)
     avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
     device = device or state.default_device

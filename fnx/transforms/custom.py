@@ -58,7 +58,8 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
     def body(*dyn):
         it = iter(dyn)
         return fun(*[positions[i] if i in positions else next(it) for i in range(len(args))])
-    traced = trace(body, dynamic, transform=True, tag=("call", serial))
+    traced = trace(body, dynamic, transform=True, tag=("call", serial),
+                   kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
     rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
     arg_uops = [_leaf(x, p) for x, p in zip(leaves, traced.fn.src[1:])]
     call = UOp(Ops.CALL, dtypes.bool_, (traced.body, *arg_uops), rule)

@@ -221,7 +221,8 @@ class Jitted:
                 it = iter(dyn)
                 full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
                 return self.fun(*full, **kw, **static_kw)
-            traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals))
+            traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
+                           kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
             nargs = len(dynamic) + len(static_pos)
             static_numbers = self._static_numbers(nargs)
             donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
@@ -357,7 +358,7 @@ def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             it = iter(dyn)
             full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
             return fun(*full, **kw)
-        return Graph(trace(flat_fun, (dynamic, dyn_kwargs)))
+        return Graph(trace(flat_fun, (dynamic, dyn_kwargs), kind=f"make_graph of {getattr(fun, '__name__', 'a function')}"))
     return graph
 
 

@@ -390,7 +390,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
         if axis_name is not None: state.axis_sizes[axis_name] = size
         try:
             traced = trace(lambda *a: fun(*a), tuple(tree_util.tree_unflatten(treedef, examples)), transform=True,
-                           abstract=True)
+                           abstract=True, kind=f"vmap of {getattr(fun, '__name__', 'a function')}")
         finally:
             state.axis_sizes = previous
         params = list(traced.fn.src[1:])
