@@ -36,10 +36,12 @@ PIPELINE = "O2 slp-vectorize"  # part of every cache key: change it when the pas
 class ObjectCache:
     """Compiled machine code on disk, content-addressed by the LLVM IR, the target and the LLVM version.
 
-    A file is `MAGIC + sha256(object) + object`, written to a temporary name and renamed (atomic), and checked
-    against its digest when read: a damaged file is ignored and recompiled. Nothing is ever unpickled.
+    A file is `MAGIC + key + sha256(key + object) + object`, written to a temporary name and renamed (atomic).
+    A read checks the digest and that the key it carries is the one asked for (the key hashes the target and the
+    source), so a damaged file, or a valid one stored under another key's name, is ignored and recompiled instead
+    of being run. Nothing is ever unpickled.
     """
-    MAGIC = b"fnx-object-1\n"
+    MAGIC = b"fnx-object-2\n"
 
     def __init__(self, directory: str | None, target_id: str):
         self.directory, self.target_id = directory, target_id
@@ -57,12 +59,14 @@ class ObjectCache:
             with open(self.path(key), "rb") as f: data = f.read()
         except OSError:
             return None
-        n = len(self.MAGIC)
-        head, digest, obj = data[:n], data[n:n + 32], data[n + 32:]
-        return obj if head == self.MAGIC and hashlib.sha256(obj).digest() == digest else None
+        head = self.MAGIC + key.encode()
+        n = len(head)
+        digest, obj = data[n:n + 32], data[n + 32:]
+        return obj if data[:n] == head and hashlib.sha256(head + obj).digest() == digest else None
 
     def store(self, key: str, obj: bytes) -> None:
-        if self.directory is not None: write_atomically(self.path(key), self.MAGIC + hashlib.sha256(obj).digest() + obj)
+        head = self.MAGIC + key.encode()
+        if self.directory is not None: write_atomically(self.path(key), head + hashlib.sha256(head + obj).digest() + obj)
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -54,3 +54,39 @@ def test_empty_cache_dir_disables_the_cache(tmp_path):
     _, hits, misses = run("")
     _, hits2, misses2 = run("")
     assert hits == hits2 == 0 and misses2 == misses >= 1
+
+
+OTHER_PROGRAM = """
+import numpy as np, fnx, fnx.numpy as jnp
+print(np.asarray(fnx.jit(lambda x: jnp.exp(x) * 3 - 1)(jnp.arange(5.0))).tolist())
+"""
+
+
+def test_a_valid_file_under_another_keys_name_is_recompiled(tmp_path):
+    """Every entry carries its own key: another program's machine code copied over this one's (it segfaulted every
+    later run) is ignored and recompiled."""
+    other = tmp_path / "other"
+    env = dict(os.environ, FNX_CACHE_DIR=str(other))
+    assert subprocess.run([sys.executable, "-c", OTHER_PROGRAM], env=env, capture_output=True, timeout=120).returncode == 0
+    donors = [os.path.join(r, n) for r, _, files in os.walk(other) for n in files if n.endswith(".o")]
+    mine = tmp_path / "mine"
+    cold, _, _ = run(str(mine))
+    targets = [os.path.join(r, n) for r, _, files in os.walk(mine) for n in files if n.endswith(".o")]
+    assert donors and targets
+    for i, path in enumerate(targets):
+        with open(donors[i % len(donors)], "rb") as f, open(path, "wb") as g: g.write(f.read())
+    again, hits, misses = run(str(mine))
+    assert hits == 0 and misses == len(targets) and again == cold
+    warm, hits, misses = run(str(mine))  # and the recompiled entries are good again
+    assert misses == 0 and warm == cold
+
+
+def test_beam_entry_under_another_kernels_name_is_ignored(tmp_path, monkeypatch):
+    from fnx.config import config
+    from fnx.lower import search
+    from fnx.lower.optimize import Opt
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    search._store("a" * 64, [Opt("UPCAST", 0, 4)], 1e-3)
+    assert search._load("a" * 64) == [Opt("UPCAST", 0, 4)]
+    os.replace(search._cache_path("a" * 64), search._cache_path("b" * 64))
+    assert search._load("b" * 64) is None
