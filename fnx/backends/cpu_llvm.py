@@ -66,7 +66,8 @@ class ObjectCache:
 
     def store(self, key: str, obj: bytes) -> None:
         head = self.MAGIC + key.encode()
-        if self.directory is not None: write_atomically(self.path(key), head + hashlib.sha256(head + obj).digest() + obj)
+        if self.directory is None: return
+        write_atomically(self.path(key), head + hashlib.sha256(head + obj).digest() + obj)
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from fnx import dtypes
 from fnx.backends import interp
 from fnx.rewrite import PatternMatcher, UPat, graph_rewrite
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, Ops, UOp, scalar_of
 
 
 def _fold(u: UOp) -> UOp | None:
@@ -57,8 +57,28 @@ algebra = PatternMatcher([
      lambda c: c.src[0] if c.src[0].dtype.is_bool else None),
 ])
 
+def _reduce_of_const(r: UOp, c: UOp) -> UOp | None:
+    """A reduction of a constant array is a constant: n copies of v sum to n * v, rounded once (as JAX folds
+    `jnp.ones((10**6, 10**6)).sum()` instead of running 10^12 additions); integers wrap as the loop would."""
+    op, axes = r.arg
+    n = math.prod(c.shape[a] for a in axes)
+    v = c.arg[0]
+    if n == 0 or c.dtype.is_bool: return None
+    if op is Ops.MAX: return _const(r, v)
+    if c.dtype.is_float:
+        try:
+            exact = v * n if op is Ops.ADD else math.pow(v, n)
+        except OverflowError:
+            exact = math.inf if v > 0 or n % 2 == 0 else -math.inf
+        with np.errstate(over="ignore"):
+            return _const(r, np.array(exact, dtype=c.dtype.np).item())
+    bits = 8 * c.dtype.itemsize
+    return _const(r, scalar_of(v * n if op is Ops.ADD else pow(v, n, 1 << bits), c.dtype))
+
+
 # rules for array graphs: merge and drop movement ops, fold movement of constants
 movement = PatternMatcher([
+    (UPat(Ops.REDUCE, src=(UPat.cvar("c"),), name="r"), _reduce_of_const),
     (UPat(GroupOp.Movement, src=(UPat.cvar("c"),), name="m"), _movement_of_const),
     (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, name="x"),), name="r"), _reshape_merge),
     (UPat({Ops.RESHAPE, Ops.EXPAND}, name="r", predicate=lambda u: u.arg == u.src[0].shape), lambda r: r.src[0]),

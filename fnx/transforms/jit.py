@@ -358,7 +358,8 @@ def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             it = iter(dyn)
             full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
             return fun(*full, **kw)
-        return Graph(trace(flat_fun, (dynamic, dyn_kwargs), kind=f"make_graph of {getattr(fun, '__name__', 'a function')}"))
+        return Graph(trace(flat_fun, (dynamic, dyn_kwargs),
+                           kind=f"make_graph of {getattr(fun, '__name__', 'a function')}"))
     return graph
 
 

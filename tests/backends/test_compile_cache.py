@@ -67,7 +67,8 @@ def test_a_valid_file_under_another_keys_name_is_recompiled(tmp_path):
     later run) is ignored and recompiled."""
     other = tmp_path / "other"
     env = dict(os.environ, FNX_CACHE_DIR=str(other))
-    assert subprocess.run([sys.executable, "-c", OTHER_PROGRAM], env=env, capture_output=True, timeout=120).returncode == 0
+    donor_run = subprocess.run([sys.executable, "-c", OTHER_PROGRAM], env=env, capture_output=True, timeout=120)
+    assert donor_run.returncode == 0
     donors = [os.path.join(r, n) for r, _, files in os.walk(other) for n in files if n.endswith(".o")]
     mine = tmp_path / "mine"
     cold, _, _ = run(str(mine))
