@@ -161,7 +161,9 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
       ndmin: minimum number of dimensions (leading axes of size 1 are added).
 
     Returns:
-      A strongly typed Array. Example: `array([1, 2])` -> int32 [1, 2].
+      An Array. Example: `array([1, 2])` -> int32 [1, 2]. As in JAX, it is weakly typed when `object` is a
+      Python int or float (or a weakly typed Array) and no `dtype` is given: `array(2.0) * float16_array` stays
+      float16.
     """
     dt = None if dtype is None else dtypes.to_dtype(dtype)
     if isinstance(object, Array):
@@ -176,7 +178,8 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
         out = lax.constant_array(_canonical_host(value) if from_python and dt is None else value)
     out = _cast(out, dt) if dt is not None else out
     if out.ndim < ndmin: out = lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape)
-    return _weak(out, False)
+    weak = dt is None and (object.weak_type if isinstance(object, Array) else _is_python_scalar(object))
+    return _weak(out, weak and not _dt(out).is_bool)
 
 
 @eager_op
@@ -221,29 +224,34 @@ def _like(a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], Any]:
     return (a.shape if shape is None else _shape_arg(shape, "like")), (_dt(a) if dtype is None else dtype)
 
 
+def _weak_like(out: Array, a: Any, dtype: Any) -> Array:
+    """The *_like functions keep `a`'s weak type when no dtype is given, as in JAX."""
+    return _weak(out, dtype is None and isinstance(a, Array) and a.weak_type)
+
+
 @eager_op
 def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Zeros with the shape and dtype of `a` (overridable)."""
-    return zeros(*_like(a, dtype, shape))
+    return _weak_like(zeros(*_like(a, dtype, shape)), a, dtype)
 
 
 @eager_op
 def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Ones with the shape and dtype of `a` (overridable)."""
-    return ones(*_like(a, dtype, shape))
+    return _weak_like(ones(*_like(a, dtype, shape)), a, dtype)
 
 
 @eager_op
 def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Zeros with the shape and dtype of `a` (overridable), as `jax.numpy.empty_like`."""
-    return zeros(*_like(a, dtype, shape))
+    return _weak_like(zeros(*_like(a, dtype, shape)), a, dtype)
 
 
 @eager_op
 def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Array:
     """`fill_value` with the shape and dtype of `a` (overridable)."""
     shape, dt = _like(a, dtype, shape)
-    return full(shape, fill_value, dt)
+    return _weak_like(full(shape, fill_value, dt), a, dtype)
 
 
 def _static_scalar(x: Any, name: str) -> Any:
@@ -888,7 +896,7 @@ def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: b
     acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
     x = _cast(x, acc)
     if where_mask is not None: x = globals()["where"](where_mask, x, _full(x, identity))
-    return _cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype)
+    return _weak(_cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype), False)  # reductions are strong in JAX
 
 
 @eager_op
@@ -925,7 +933,7 @@ def _extreme(name: str, take_max: bool):
         best = lax.reduce_max(key, axes, keepdims=keepdims)
         best = best if take_max else lax._order_reversed(best)
         if initial is not None: best = (maximum if take_max else minimum)(best, initial)
-        return best
+        return _weak(best, False)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"The {'largest' if take_max else 'smallest'} element over `axis` (NaN propagates). "
                   "Raises ValueError for an empty reduction without `initial`.")
@@ -1012,12 +1020,15 @@ def _cumulative(name: str, lax_fn):
     def fn(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Array:
         x = _arr(a, name)
         if axis is None: x, axis = ravel(x), 0
-        out_dtype = dtypes.to_dtype(dtype) if dtype is not None else _sum_dtype(_dt(x))
+        # unlike sum/prod, JAX keeps small integer dtypes (int8 stays int8, wrapping); bools count as int32
+        default = dtypes.int32 if _dt(x).is_bool else _dt(x)
+        out_dtype = dtypes.to_dtype(dtype) if dtype is not None else default
         acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
-        return _cast(lax_fn(_cast(x, acc), lax._axes(axis, x.ndim, name)[0]), out_dtype)
+        return _weak(_cast(lax_fn(_cast(x, acc), lax._axes(axis, x.ndim, name)[0]), out_dtype), False)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = (f"Running {name[3:]} along `axis` (None: of the flattened array), an O(n log n) log-step scan; "
-                  "dtype rules as for sum/prod.")
+    fn.__doc__ = (f"Running {name[3:]} along `axis` (None: of the flattened array), an O(n log n) log-step scan. "
+                  "The result keeps the input dtype (bools give int32), as in JAX; float16/bfloat16 accumulate in "
+                  "float32.")
     return eager_op(fn)
 
 

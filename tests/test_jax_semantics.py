@@ -203,3 +203,90 @@ def test_maximum_still_splits_ties_like_jax():
         assert float(fnx.grad(lambda x: jnp.maximum(x, p))(p)) == float(jax.grad(lambda x: jjnp.maximum(x, p))(p))
     assert float(fnx.grad(lambda x: jnp.clip(x, -1.0, 1.0))(1.0)) == float(
         jax.grad(lambda x: jjnp.clip(x, -1.0, 1.0))(1.0)) == 0.5
+
+
+# ---- dtypes of reductions, weak types, reprs ----
+
+REDUCTIONS = ["sum", "prod", "mean", "var", "std", "max", "min", "all", "any", "cumsum", "cumprod", "argmax", "argmin"]
+
+
+@pytest.mark.parametrize("dtype", dtypes.DTYPES, ids=str)
+def test_reduction_dtypes_match_jax(dtype):
+    """sum/prod of int8 are int32 but cumsum/cumprod of int8 stay int8 (wrapping), as in JAX. argmax/argmin give
+    fnx's default int (int32) also for 64-bit inputs, as JAX with x64 off (docs/JAX_DIFFERENCES.md)."""
+    x = np.array([[100, 100, 3], [2, 1, 0]]).astype(dtype.np)
+    for name in REDUCTIONS:
+        with jax_x64(dtype.itemsize == 8 and name not in ("argmax", "argmin")):
+            expected = getattr(jjnp, name)(jjnp.asarray(x))
+            expected_axis = getattr(jjnp, name)(jjnp.asarray(x), axis=1)
+        got, got_axis = getattr(jnp, name)(jnp.asarray(x)), getattr(jnp, name)(jnp.asarray(x), axis=1)
+        assert got.dtype == expected.dtype and got_axis.dtype == expected_axis.dtype, name
+        assert not got.weak_type and not got_axis.weak_type
+        if not dtypes.to_dtype(got.dtype).is_float:  # exact integer (wrapping) and bool results
+            np.testing.assert_array_equal(np.asarray(got_axis), np.asarray(expected_axis), err_msg=name)
+
+
+def test_cumsum_of_int8_wraps_like_jax():
+    x = np.array([100, 100, 100], np.int8)
+    for name in ("cumsum", "cumprod"):
+        np.testing.assert_array_equal(getattr(jnp, name)(x), getattr(jjnp, name)(x))
+        assert getattr(jnp, name)(x, dtype=jnp.int32).tolist() == getattr(jjnp, name)(x, dtype=jjnp.int32).tolist()
+
+
+WEAK_CASES = {
+    "asarray_float": lambda m, w: m.asarray(2.0),
+    "asarray_int": lambda m, w: m.array(2),
+    "asarray_bool": lambda m, w: m.asarray(True),
+    "asarray_list": lambda m, w: m.asarray([2.0]),
+    "asarray_dtype": lambda m, w: m.asarray(2.0, dtype=m.float32),
+    "asarray_weak_array": lambda m, w: m.asarray(w),
+    "full": lambda m, w: m.full((2,), 1.0),
+    "full_dtype": lambda m, w: m.full((2,), 1.0, m.float32),
+    "zeros_like": lambda m, w: m.zeros_like(w),
+    "ones_like_dtype": lambda m, w: m.ones_like(w, dtype=m.float32),
+    "full_like": lambda m, w: m.full_like(w, 3),
+    "arithmetic": lambda m, w: w * 2 + 1,
+    "exp": lambda m, w: m.exp(w),
+    "reshape": lambda m, w: w.reshape(1),
+    "broadcast_to": lambda m, w: m.broadcast_to(w, (2,)),
+    "stack": lambda m, w: m.stack([w, w]),
+    "sum": lambda m, w: m.sum(w),
+    "max": lambda m, w: m.max(w),
+    "mean": lambda m, w: m.mean(w),
+    "cumsum": lambda m, w: m.cumsum(w),
+    "astype": lambda m, w: w.astype(m.float32),
+    "zeros": lambda m, w: m.zeros(2),
+    "arange": lambda m, w: m.arange(3),
+}
+
+
+@pytest.mark.parametrize("name", WEAK_CASES)
+def test_weak_types_match_jax(name):
+    got, expected = WEAK_CASES[name](jnp, jnp.asarray(2.0)), WEAK_CASES[name](jjnp, jjnp.asarray(2.0))
+    assert (got.dtype, got.weak_type) == (expected.dtype, expected.weak_type)
+
+
+def test_weak_scalar_arrays_do_not_widen_narrow_arrays():
+    for value, dtype in ((2.0, "float16"), (2.0, "bfloat16"), (2, "int8"), (2, "uint8")):
+        got = jnp.asarray(value) * jnp.ones(2, dtype)
+        expected = jjnp.asarray(value) * jjnp.ones(2, dtype)
+        assert got.dtype == expected.dtype == np.dtype(getattr(jnp, dtype))
+    assert (jnp.full((), 2.0) * jnp.ones(2, jnp.float16)).dtype == jnp.float16
+    assert fnx.jit(lambda x: x * jnp.ones(2, jnp.float16))(jnp.asarray(2.0)).dtype == jnp.float16
+
+
+REPR_VALUES = [np.float32(1.5), np.arange(3, dtype=np.int32), np.ones((2, 3), np.float32), np.zeros((0, 2), np.float32),
+               np.arange(40, dtype=np.float32).reshape(4, 10) / 7, np.array([True, False]), np.arange(6, dtype=np.uint8),
+               np.ones(3, np.float16), np.arange(100, dtype=np.int32), np.ones(2, jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("index", range(len(REPR_VALUES)))
+def test_repr_matches_jax(index):
+    value = REPR_VALUES[index]
+    assert repr(jnp.asarray(value)) == repr(jjnp.asarray(value))
+
+
+def test_repr_shows_dtype_and_weak_type():
+    assert repr(jnp.array([1.0, 2.0])) == "Array([1., 2.], dtype=float32)"
+    assert repr(jnp.array([1, 2])) == "Array([1, 2], dtype=int32)"
+    assert repr(jnp.asarray(2.0)) == repr(jjnp.asarray(2.0)) == "Array(2., dtype=float32, weak_type=True)"

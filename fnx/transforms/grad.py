@@ -210,7 +210,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
     Example:
       >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
-      (Array(5.), Array([0., 2., 4.]))
+      (Array(5., dtype=float32), Array([0., 2., 4.], dtype=float32))
     """
     def wrapped(*args, **kwargs):
         nums = _float_argnums(argnums, args, "grad")

@@ -69,7 +69,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
 
     Example:
       >>> fnx.jvp(jnp.sin, (0.0,), (1.0,))
-      (Array(0.), Array(1.))
+      (Array(0., dtype=float32, weak_type=True), Array(1., dtype=float32))
     """
     primals, tangents = tuple(primals), tuple(tangents)
     if tree_util.tree_structure(primals) != tree_util.tree_structure(tangents):
