@@ -275,9 +275,10 @@ def test_weak_scalar_arrays_do_not_widen_narrow_arrays():
     assert fnx.jit(lambda x: x * jnp.ones(2, jnp.float16))(jnp.asarray(2.0)).dtype == jnp.float16
 
 
-REPR_VALUES = [np.float32(1.5), np.arange(3, dtype=np.int32), np.ones((2, 3), np.float32), np.zeros((0, 2), np.float32),
-               np.arange(40, dtype=np.float32).reshape(4, 10) / 7, np.array([True, False]), np.arange(6, dtype=np.uint8),
-               np.ones(3, np.float16), np.arange(100, dtype=np.int32), np.ones(2, jnp.bfloat16)]
+REPR_VALUES = [np.float32(1.5), np.arange(3, dtype=np.int32), np.ones((2, 3), np.float32),
+               np.zeros((0, 2), np.float32), np.arange(40, dtype=np.float32).reshape(4, 10) / 7,
+               np.array([True, False]), np.arange(6, dtype=np.uint8), np.ones(3, np.float16),
+               np.arange(100, dtype=np.int32), np.ones(2, jnp.bfloat16)]
 
 
 @pytest.mark.parametrize("index", range(len(REPR_VALUES)))
