@@ -15,7 +15,7 @@ import numpy as np
 from fnx import dtypes
 from fnx.backends.device import Buffer
 from fnx.dtypes import DType
-from fnx.errors import ShapeError, at_user_line
+from fnx.errors import ShapeError, UnsupportedError, at_user_line
 from fnx.trace import Array, eager_op, state
 from fnx.uop import GroupOp, Ops, UOp
 
@@ -431,18 +431,26 @@ reduce_prod = _reducer(Ops.MUL, "reduce_prod")
 
 # ---- markers ----
 
-@eager_op
-def stop_gradient(x) -> Array:
-    """The identity whose gradient is zero."""
-    a = to_array(x)
-    return Array(UOp(Ops.DETACH, a.uop.dtype, (a.uop,)), a.weak_type)
+def _identity_per_leaf(op: Ops, x: Any) -> Any:
+    """`op` (an identity on values) applied to every array leaf of the pytree `x`, as JAX's versions take pytrees."""
+    from fnx import tree_util
+
+    def leaf(v):
+        a = to_array(v)
+        return Array(UOp(op, a.uop.dtype, (a.uop,)), a.weak_type)
+    return tree_util.tree_map(leaf, x)
 
 
 @eager_op
-def optimization_barrier(x) -> Array:
-    """The identity, forced into its own buffer (no fusion across it)."""
-    a = to_array(x)
-    return Array(UOp(Ops.CONTIGUOUS, a.uop.dtype, (a.uop,)), a.weak_type)
+def stop_gradient(x) -> Any:
+    """The identity whose gradient is zero, on an array or a pytree of them."""
+    return _identity_per_leaf(Ops.DETACH, x)
+
+
+@eager_op
+def optimization_barrier(x) -> Any:
+    """The identity, forced into its own buffer (no fusion across it), on an array or a pytree of them."""
+    return _identity_per_leaf(Ops.CONTIGUOUS, x)
 
 
 # ---- compositions that jax.lax also offers ----
@@ -623,17 +631,25 @@ def _axis_size(axis_name: str, op: str) -> int:
     return state.axis_sizes[axis_name]
 
 
-def _collective(kind: str, x: Any, axis_name: str, axis: int = 0) -> Array:
+def _axis_names(axis_name: Any) -> tuple:
+    """A named axis or a tuple of them (JAX: a collective over several nested vmaps' axes at once)."""
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _collective(kind: str, x: Any, axis_name: Any, axis: int = 0) -> Array:
     a = to_array(x)
-    size = _axis_size(axis_name, kind)
-    return Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), (kind, axis_name, size, axis)), a.weak_type)
+    for name in _axis_names(axis_name):  # psum/pmax/pmin over several axes: one after the other
+        size = _axis_size(name, kind)
+        a = Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), (kind, name, size, axis)), a.weak_type)
+    return a
 
 
 def _tree_collective(kind: str):
-    def fn(x, axis_name: str):
+    def fn(x, axis_name: Any):
         from fnx import tree_util
         return tree_util.tree_map(lambda leaf: _collective(kind, leaf, axis_name), x)
-    return _export(fn, kind, f"The {kind[1:]} of x over the named axis `axis_name` (every example gets it).")
+    return _export(fn, kind, f"The {kind[1:]} of x over the named axis `axis_name` (or a tuple of names) "
+                             "(every example gets it).")
 
 
 psum = _tree_collective("psum")
@@ -642,10 +658,10 @@ pmin = _tree_collective("pmin")
 
 
 @eager_op
-def pmean(x, axis_name: str):
-    """The mean of x over the named axis `axis_name`."""
+def pmean(x, axis_name: Any):
+    """The mean of x over the named axis `axis_name` (or a tuple of names)."""
     from fnx import tree_util
-    size = _axis_size(axis_name, "pmean")
+    size = math.prod(_axis_size(name, "pmean") for name in _axis_names(axis_name))
     return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
                               if to_array(leaf).uop.dtype.is_float else _collective("psum", leaf, axis_name) // size, x)
 
@@ -654,6 +670,9 @@ def pmean(x, axis_name: str):
 def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Array:
     """Every example's x, stacked along a new axis `axis` (or concatenated along it with tiled=True)."""
     a = to_array(x)
+    if len(_axis_names(axis_name)) != 1:  # jax.vmap does not batch it either
+        raise UnsupportedError(at_user_line(f"all_gather over several axis names {axis_name!r}: gather over one "
+                                            "name at a time"))
     axis = _axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
     out = _collective("all_gather", a, axis_name, axis)
     if not tiled: return out
@@ -662,7 +681,11 @@ def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Array:
 
 
 @eager_op
-def axis_index(axis_name: str) -> Array:
-    """This example's index along the named axis."""
-    size = _axis_size(axis_name, "axis_index")
-    return Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), ("axis_index", axis_name, size, 0)))
+def axis_index(axis_name: Any) -> Array:
+    """This example's index along the named axis (with a tuple of names: the row-major index over all of them)."""
+    index = None
+    for name in _axis_names(axis_name):
+        size = _axis_size(name, "axis_index")
+        own = Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), ("axis_index", name, size, 0)))
+        index = own if index is None else add(mul(index, full((), size, dtypes.int32)), own)
+    return index

@@ -14,7 +14,7 @@ import jax.numpy as jjnp  # noqa: E402
 
 import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
-from fnx import dtypes  # noqa: E402
+from fnx import dtypes, lax  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -291,3 +291,78 @@ def test_repr_shows_dtype_and_weak_type():
     assert repr(jnp.array([1.0, 2.0])) == "Array([1., 2.], dtype=float32)"
     assert repr(jnp.array([1, 2])) == "Array([1, 2], dtype=int32)"
     assert repr(jnp.asarray(2.0)) == repr(jjnp.asarray(2.0)) == "Array(2., dtype=float32, weak_type=True)"
+
+
+# ---- transforms ----
+
+def test_vmap_maps_keyword_arguments_over_axis_0():
+    x, y = np.ones(3, np.float32), np.arange(3.0, dtype=np.float32)
+    expected = jax.vmap(lambda x, y: x + y)(x, y=y)
+    np.testing.assert_array_equal(fnx.vmap(lambda x, y: x + y)(jnp.asarray(x), y=jnp.asarray(y)), expected)
+    expected = jax.vmap(lambda x, p: x * p["w"], in_axes=(None,))(x[:2], p={"w": y})
+    got = fnx.vmap(lambda x, p: x * p["w"], in_axes=(None,))(jnp.asarray(x[:2]), p={"w": jnp.asarray(y)})
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="'y'"):
+        fnx.vmap(lambda x, y: x + y)(jnp.ones(3), y=jnp.ones(4))
+
+
+COLLECTIVES = {
+    "psum": lambda lx, m: (lambda v: lx.psum(v, ("i", "j"))),
+    "psum_tree": lambda lx, m: (lambda v: lx.psum({"a": v, "b": (v * 2,)}, ("j", "i"))["b"][0]),
+    "pmean": lambda lx, m: (lambda v: lx.pmean(v, ("i", "j"))),
+    "pmax": lambda lx, m: (lambda v: lx.pmax(v, ("j", "i"))),
+    "pmin": lambda lx, m: (lambda v: lx.pmin(v, ["i", "j"])),
+    "axis_index": lambda lx, m: (lambda v: lx.axis_index(("i", "j")) + v.astype(m.int32)),
+    "axis_index_reversed": lambda lx, m: (lambda v: lx.axis_index(("j", "i")) + v.astype(m.int32)),
+    "one_name": lambda lx, m: (lambda v: lx.psum(v, "i") * lx.pmax(v, ("j",))),
+}
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_collectives_over_tuples_of_vmap_axis_names(name):
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    expected = jax.vmap(jax.vmap(COLLECTIVES[name](jax.lax, jjnp), axis_name="j"), axis_name="i")(x)
+    got = fnx.vmap(fnx.vmap(COLLECTIVES[name](lax, jnp), axis_name="j"), axis_name="i")(jnp.asarray(x))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_psum_of_ones_over_two_axes_is_their_product():
+    out = fnx.vmap(fnx.vmap(lambda x: lax.psum(x, ("i", "j")), axis_name="j"), axis_name="i")(jnp.ones((2, 3)))
+    assert out.tolist() == [[6.0] * 3] * 2
+
+
+def test_stop_gradient_and_optimization_barrier_take_pytrees():
+    tree = {"a": np.arange(3.0, dtype=np.float32), "b": (np.float32(2.0),)}
+    for fn in ("stop_gradient", "optimization_barrier"):
+        got, expected = getattr(lax, fn)(tree), getattr(jax.lax, fn)(tree)
+        assert fnx.tree_util.tree_structure(got) == fnx.tree_util.tree_structure(expected)
+        for a, b in zip(fnx.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+            np.testing.assert_array_equal(a, b)
+    def loss(m, lx):
+        return lambda p: (p["a"] * lx.stop_gradient(p)["a"]).sum() + (p["b"] * lx.stop_gradient(p["b"])).sum()
+    params = {"a": np.arange(3.0, dtype=np.float32), "b": np.ones(2, np.float32)}
+    got = fnx.grad(loss(jnp, lax))(params)
+    expected = jax.grad(loss(jjnp, jax.lax))(params)
+    for k in params:
+        np.testing.assert_array_equal(got[k], expected[k])
+
+
+JIT_VMAP_GRAD = {
+    "sin_sum": lambda m, x: m.sum(m.sin(x) * x),
+    "relu_mlp": lambda m, x: m.sum(m.maximum(m.tanh(x[:2]) @ m.ones((2, 3)), 0.0) ** 2),
+    "softmax_xent": lambda m, x: -m.sum(x * (x - m.log(m.sum(m.exp(x))))),
+    "max_where": lambda m, x: m.max(m.where(x > 0, x * x, -x)) + m.prod(x[1:3]),
+    "cumsum_norm": lambda m, x: m.sqrt(m.sum(m.cumsum(x) ** 2) + 1.0),
+}
+
+
+@pytest.mark.parametrize("name", JIT_VMAP_GRAD)
+def test_jit_vmap_grad_matches_jax(name):
+    f = JIT_VMAP_GRAD[name]
+    xs = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+    expected = jax.jit(jax.vmap(jax.grad(lambda x: f(jjnp, x))))(xs)
+    got = fnx.jit(fnx.vmap(fnx.grad(lambda x: f(jnp, x))))(jnp.asarray(xs))
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(fnx.vmap(fnx.jit(fnx.grad(lambda x: f(jnp, x))))(jnp.asarray(xs)), expected,
+                               rtol=2e-5, atol=2e-6)

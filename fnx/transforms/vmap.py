@@ -350,14 +350,17 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
     Example:
       >>> fnx.vmap(lambda x: x @ w)(xs)   # a matrix-vector product per row of xs
     """
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
         if isinstance(in_axes, list): axes_spec = tuple(in_axes)
         else: axes_spec = in_axes
         if isinstance(axes_spec, tuple) and len(axes_spec) != len(args):
             raise ValueError(at_user_line(f"vmap: in_axes has {len(axes_spec)} entries for {len(args)} arguments"))
-        leaves = tree_util.tree_leaves(args)
-        owner = [i for i, a in enumerate(args) for _ in tree_util.tree_leaves(a)]  # leaf -> positional argument
-        axes = _broadcast_prefix(axes_spec, args, "in_axes")
+        leaves = tree_util.tree_leaves((args, kwargs))
+        owner = [i for i, a in enumerate(args) for _ in tree_util.tree_leaves(a)]  # leaf -> argument (for errors)
+        owner += [repr(k) for k, v in sorted(kwargs.items()) for _ in tree_util.tree_leaves(v)]
+        # keyword arguments are always mapped over their axis 0, as in JAX (in_axes covers the positional ones)
+        keyword_leaves = len(leaves) - len(tree_util.tree_leaves(args))
+        axes = _broadcast_prefix(axes_spec, args, "in_axes") + [0] * keyword_leaves
         size, sizes = axis_size, []
         norm_axes = []
         for i, (leaf, ax) in enumerate(zip(leaves, axes)):
@@ -385,11 +388,11 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
         arrays = [to_array(x) for x in leaves]
         examples = [Array(UOp.const(a.uop.dtype, 0, tuple(s for j, s in enumerate(a.shape) if j != ax)), a.weak_type)
                     if ax is not None else a for a, ax in zip(arrays, norm_axes)]
-        treedef = tree_util.tree_structure(args)
+        treedef = tree_util.tree_structure((args, kwargs))
         previous = dict(state.axis_sizes)
         if axis_name is not None: state.axis_sizes[axis_name] = size
         try:
-            traced = trace(lambda *a: fun(*a), tuple(tree_util.tree_unflatten(treedef, examples)), transform=True,
+            traced = trace(lambda a, kw: fun(*a, **kw), tree_util.tree_unflatten(treedef, examples), transform=True,
                            abstract=True, kind=f"vmap of {getattr(fun, '__name__', 'a function')}")
         finally:
             state.axis_sizes = previous
