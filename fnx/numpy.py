@@ -1443,7 +1443,7 @@ def _normalize_index(i: Array, n: int) -> Array:
 def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None, fill_value: Any = None) -> Array:
     """Elements of `a` at `indices` along `axis` (None: of the flattened array); negative indices count from the
     end. Out-of-range indices: mode 'fill' (default, as in JAX: NaN / min int / max uint / True, or
-    `fill_value`), 'clip' (clamp) or 'wrap'."""
+    `fill_value`), 'clip' (clamp to [0, n-1], negative ones too, as in JAX) or 'wrap'."""
     x = _arr(a, "take")
     if axis is None: x, axis = ravel(x), 0
     axis = lax._axes(axis, x.ndim, "take")[0]
@@ -1452,7 +1452,8 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None,
     n = x.shape[axis]
     mode = mode or "fill"
     if mode == "wrap": idx = mod(idx, n)
-    idx = _normalize_index(idx, n)
+    # 'clip' clamps negative indices to 0 (numpy's and JAX's rule); the other modes count them from the end
+    idx = _clamp_index(idx, n) if mode == "clip" else _normalize_index(idx, n)
     if mode not in ("fill", "clip", "wrap"):
         raise UnsupportedError(at_user_line(f"take: mode {mode!r} is not supported (use 'fill', 'clip' or 'wrap')"))
     if n == 0:
@@ -1480,7 +1481,9 @@ def _index_dtype(size: int) -> DType:
 def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None = None,
                     fill_value: Any = None) -> Array:
     """out[..., i, ...] = arr[..., indices[..., i, ...], ...] along `axis`; the other axes broadcast.
-    Negative indices count from the end; out-of-range ones are clamped."""
+    Negative indices count from the end; out-of-range ones give `fill_value` (mode None or 'fill', as in JAX:
+    NaN / the extreme int by default) or are clamped (mode 'clip')."""
+    fills = _out_of_bounds_mode(mode, _GATHER_MODES | {None: "fill"}, "take_along_axis") == "fill"
     x, idx = _arr(arr, "take_along_axis"), _arr(indices, "take_along_axis")
     if axis is None: x, idx, axis = ravel(x), ravel(idx), 0
     if idx.ndim != x.ndim:
@@ -1492,7 +1495,12 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
     x = _broadcast(x, other[:axis] + (x.shape[axis],) + other[axis:])
     shape = other[:axis] + (idx.shape[axis],) + other[axis:]
     idx = _broadcast(idx, shape)
-    return _weak(_gather_linear(x, [(axis, idx)], shape), x.weak_type)
+    out = _gather_linear(x, [(axis, idx)], shape)
+    if fills:
+        n = x.shape[axis]
+        inside = (idx >= -n) & (idx < n)
+        out = where(inside, out, _full(out, _fill_default(_dt(x), fill_value)))
+    return _weak(out, x.weak_type)
 
 
 def _gather_linear(x: Array, indexed: list[tuple[int, Array]], shape: tuple[int, ...]) -> Array:
@@ -1577,19 +1585,19 @@ def _index(x: Array, key: Any, fill: Any = None) -> Array:
             axis += kind == "none"
             continue
         n = out.shape[axis]
+        if kind == "int" and n == 0:
+            raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for axis {axis} with size 0 "
+                                          f"(array of shape {x.shape})"))
         if kind == "int" and not advanced:
-            if not -n <= value < n:
-                raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for axis {len(drop)} "
-                                              f"with size {n} (array of shape {x.shape})"))
-            out = _slice_axis(out, value % n, value % n + 1, axis)
+            value = builtins.min(builtins.max(value + n if value < 0 else value, 0), n - 1)
+            out = _slice_axis(out, value, value + 1, axis)
             drop.append(axis)
         elif kind == "slice":
             out = _apply_slice(out, axis, value)
         else:
-            if kind == "int" and not -n <= value < n:
-                raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for size {n}"))
-            adv_axes.append(axis)
-            adv_arrays.append(lax.full((), value, dtypes.int32) if kind == "int" else value)
+            adv_axes.append(axis)  # an int beyond int32 is out of range either way: clamp it to stay so
+            adv_arrays.append(lax.full((), builtins.min(builtins.max(value, -2**31), 2**31 - 1), dtypes.int32)
+                              if kind == "int" else value)
         axis += 1
     if drop: out = lax.reshape(out, tuple(s for i, s in enumerate(out.shape) if i not in drop))
     if not adv_axes: return _weak(out, x.weak_type)
@@ -1632,10 +1640,24 @@ def _getitem(x: Array, key: Any) -> Array:
     return _index(x, key)
 
 
+_GATHER_MODES = {None: "clip", "clip": "clip", "promise_in_bounds": "clip", "fill": "fill", "drop": "fill"}
+_SCATTER_MODES = {None: "drop", "drop": "drop", "fill": "drop", "promise_in_bounds": "drop", "clip": "clip"}
+
+
+def _out_of_bounds_mode(mode: Any, modes: dict, name: str) -> str:
+    """JAX's GatherScatterMode names -> what fnx does with out-of-range indices ('clip', 'fill' or 'drop')."""
+    if mode not in modes:
+        raise ValueError(at_user_line(f"{name}: unknown mode {mode!r}; expected one of "
+                                      f"{sorted(m for m in modes if m)} or None"))
+    return modes[mode]
+
+
 @eager_op
-def _scatter(x: Array, key: Any, values: Any, mode: str) -> Array:
-    """A copy of x with x[key] combined with `values` (broadcast) by `mode`; out-of-range updates are dropped."""
-    positions = _index(lax.reshape(lax.iota(_index_dtype(x.size), x.size), x.shape), key, fill=-1)
+def _scatter(x: Array, key: Any, values: Any, mode: str, out_of_bounds: str = "drop") -> Array:
+    """A copy of x with x[key] combined with `values` (broadcast) by `mode`; out-of-range updates are dropped (as
+    JAX's default) or, with out_of_bounds='clip', applied at the clamped index."""
+    iota = lax.reshape(lax.iota(_index_dtype(x.size), x.size), x.shape)
+    positions = _index(iota, key, fill=-1 if out_of_bounds == "drop" else None)
     updates = _broadcast(_cast(_arr(values, f"at[].{mode}"), _dt(x)), positions.shape, f"at[].{mode}")
     flat = lax.scatter_axis(lax.reshape(x, (x.size,)), lax.reshape(positions, (positions.size,)),
                             lax.reshape(updates, (updates.size,)), 0, mode)
@@ -1643,23 +1665,46 @@ def _scatter(x: Array, key: Any, values: Any, mode: str) -> Array:
 
 
 class _IndexUpdateRef:
-    """`x.at[key]`: functional updates of the elements `x[key]` (out-of-range indices are dropped)."""
+    """`x.at[key]`: functional updates of the elements `x[key]`. As in JAX, `mode` says what out-of-range indices
+    do: updates drop them by default ('drop', 'fill', 'promise_in_bounds') or clamp them ('clip'); `get` clamps by
+    default ('clip', 'promise_in_bounds') or fills ('fill', 'drop')."""
     __slots__ = ("array", "key")
 
     def __init__(self, array: Array, key: Any):
         self.array, self.key = array, key
 
-    def get(self, mode: str | None = None, fill_value: Any = None) -> Array:
-        """x[key] (with `fill_value` for out-of-range array indices when mode='fill')."""
-        if mode == "fill": return eager_op(_index)(self.array, self.key, _fill_default(_dt(self.array), fill_value))
+    def get(self, *, indices_are_sorted: bool = False, unique_indices: bool = False, mode: str | None = None,
+            fill_value: Any = None) -> Array:
+        """x[key] (with `fill_value`, default NaN / the extreme int, for out-of-range indices when mode='fill')."""
+        if _out_of_bounds_mode(mode, _GATHER_MODES, "at[].get") == "fill":
+            return eager_op(_index)(self.array, self.key, _fill_default(_dt(self.array), fill_value))
         return _getitem(self.array, self.key)
 
-    def set(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "set")
-    def add(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "add")
-    def multiply(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "mul")
+    def _update(self, values: Any, combine: str, mode: str | None) -> Array:
+        return _scatter(self.array, self.key, values, combine, _out_of_bounds_mode(mode, _SCATTER_MODES,
+                                                                                   f"at[].{combine}"))
+
+    def set(self, values: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: str | None = None) -> Array:
+        return self._update(values, "set", mode)
+
+    def add(self, values: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: str | None = None) -> Array:
+        return self._update(values, "add", mode)
+
+    def multiply(self, values: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: str | None = None) -> Array:
+        return self._update(values, "mul", mode)
+
     mul = multiply
-    def min(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "min")
-    def max(self, values: Any) -> Array: return _scatter(self.array, self.key, values, "max")
+
+    def min(self, values: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: str | None = None) -> Array:
+        return self._update(values, "min", mode)
+
+    def max(self, values: Any, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: str | None = None) -> Array:
+        return self._update(values, "max", mode)
 
 
 class _IndexUpdateHelper:

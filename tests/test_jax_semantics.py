@@ -366,3 +366,60 @@ def test_jit_vmap_grad_matches_jax(name):
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(fnx.vmap(fnx.jit(fnx.grad(lambda x: f(jnp, x))))(jnp.asarray(xs)), expected,
                                rtol=2e-5, atol=2e-6)
+
+
+# ---- out-of-bounds indexing: gathers clamp, scatters drop (JAX's defaults), modes as in JAX ----
+
+INDEXING = {
+    "int_past_end": lambda m: m.arange(5.0)[10],
+    "int_before_start": lambda m: m.arange(5.0)[-10],
+    "numpy_int": lambda m: m.arange(5.0)[np.int64(7)],
+    "two_ints": lambda m: m.arange(6.0).reshape(2, 3)[5, -9],
+    "int_and_array": lambda m: m.arange(6.0).reshape(2, 3)[1, m.array([0, 7, -7])],
+    "int_slice_array": lambda m: m.arange(24.0).reshape(2, 3, 4)[7, :, m.array([0, 9, -9])],
+    "array": lambda m: m.arange(5)[m.array([-1, -7, 5, 7])],
+    "get": lambda m: m.arange(5).at[m.array([-1, -7, 5, 7])].get(),
+    "get_fill": lambda m: m.arange(5.0).at[m.array([-1, -7, 5, 7])].get(mode="fill"),
+    "get_fill_int": lambda m: m.zeros((2, 3)).at[5].get(mode="fill"),
+    "get_fill_value": lambda m: m.arange(5.0).at[m.array([1, 9])].get(mode="fill", fill_value=-1),
+    "get_drop": lambda m: m.arange(5.0).at[10].get(mode="drop"),
+    "get_clip": lambda m: m.arange(5.0).at[m.array([9])].get(mode="clip"),
+    "set_wraps_once": lambda m: m.zeros(5).at[m.array([-1, -7])].set(1.0),
+    "set_int_past_end": lambda m: m.zeros(5).at[10].set(1.0),
+    "set_int_before_start": lambda m: m.zeros(5).at[-10].set(1.0),
+    "set_last": lambda m: m.zeros(5).at[-5].set(1.0),
+    "set_2d": lambda m: m.zeros((2, 3)).at[1, 5].set(1.0),
+    "set_row_out": lambda m: m.zeros((3, 3)).at[5, 1:].set(2.0),
+    "set_clip": lambda m: m.zeros(5).at[m.array([1, 6])].set(1.0, mode="clip"),
+    "set_promise": lambda m: m.zeros(5).at[m.array([1, 6])].set(1.0, mode="promise_in_bounds"),
+    "add": lambda m: m.zeros((3, 3)).at[m.array([0, 4]), m.array([1, -4])].add(1.0),
+    "add_clip": lambda m: m.arange(5).at[m.array([1, 9])].add(10, mode="clip"),
+    "mul": lambda m: m.arange(5).at[m.array([1, -9])].mul(10),
+    "multiply_drop": lambda m: m.arange(5).at[m.array([1, 9])].multiply(10, mode="drop"),
+    "min": lambda m: m.arange(5).at[m.array([1, -9])].min(-1),
+    "max": lambda m: m.arange(5).at[m.array([1, -9])].max(10),
+    "max_fill": lambda m: m.arange(5).at[m.array([1, 9])].max(10, mode="fill"),
+    "take": lambda m: m.take(m.arange(5.0), m.array([-1, -7, 5, 2])),
+    "take_clip": lambda m: m.take(m.arange(5.0), m.array([-1, -7, 5, 2]), mode="clip"),
+    "take_along_axis": lambda m: m.take_along_axis(m.arange(5.0), m.array([-1, -7, 5, 7, 2]), axis=0),
+    "take_along_axis_int": lambda m: m.take_along_axis(m.arange(5), m.array([-1, -7, 5, 7, 2]), axis=0),
+    "take_along_axis_clip": lambda m: m.take_along_axis(m.arange(5.0), m.array([-7, 5]), axis=0, mode="clip"),
+}
+
+
+@pytest.mark.parametrize("name", INDEXING)
+def test_out_of_bounds_indexing_matches_jax(name):
+    expected = np.asarray(INDEXING[name](jjnp))
+    for got in (INDEXING[name](jnp), fnx.jit(lambda: INDEXING[name](jnp))()):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_indexing_an_empty_axis_and_unknown_modes_raise():
+    for m in (jjnp, jnp):
+        with pytest.raises(IndexError):
+            m.zeros((0, 3))[0]
+    with pytest.raises(ValueError, match="mode"):
+        jnp.zeros(3).at[0].set(1.0, mode="nearest")
+    with pytest.raises(TypeError):
+        jnp.zeros(3).at[0].set(1.0, made="clip")
