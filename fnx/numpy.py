@@ -1574,9 +1574,11 @@ def _apply_slice(x: Array, axis: int, s: slice) -> Array:
 
 
 def _index(x: Array, key: Any, fill: Any = None) -> Array:
-    """numpy indexing of `x` by `key`. Out-of-range array indices are clamped, or replaced by `fill` if given."""
+    """numpy indexing of `x` by `key`. As in JAX, negative indices count from the end once and indices still out
+    of range are clamped (x[10] of 5 elements is x[4]), or give `fill` if it is given (then integers are gathered
+    like index arrays, so that .at[] updates can drop them)."""
     items = _expand_key(x, key)
-    advanced = builtins.any(kind == "array" for kind, _ in items)
+    advanced = fill is not None or builtins.any(kind == "array" for kind, _ in items)
     out, axis, adv_axes, adv_arrays, drop = x, 0, [], [], []
     for kind, value in items:
         if kind == "none" or kind == "mask0":
