@@ -55,12 +55,12 @@ def _u32(value: int) -> np.uint32:
     return np.uint32(value & 0xFFFFFFFF)
 
 
-def _key_array(key: Any, name: str) -> Array:
-    """`key` as a uint32[2] Array, or a TypeError naming the sampler."""
+def _key_array(key: Any, name: str, batched: bool = False) -> Array:
+    """`key` as a uint32[2] Array (uint32[..., 2] when `batched`), or a TypeError naming the sampler."""
     k = key if isinstance(key, Array) else lax.to_array(np.asarray(key))
-    if k.shape != (2,) or k.uop.dtype != dtypes.uint32:
-        raise TypeError(at_user_line(f"{name}: expected a PRNG key of shape (2,) and dtype uint32 (from "
-                                     f"fnx.random.PRNGKey), got {k.uop.dtype}{list(k.shape)}"))
+    if (k.shape[-1:] if batched else k.shape) != (2,) or k.uop.dtype != dtypes.uint32:
+        raise TypeError(at_user_line(f"{name}: expected a PRNG key of shape ({'..., ' if batched else ''}2,) and "
+                                     f"dtype uint32 (from fnx.random.PRNGKey), got {k.uop.dtype}{list(k.shape)}"))
     return k
 
 
@@ -100,15 +100,15 @@ def key(seed: int | Any) -> Array:
 
 
 def key_data(keys: Any) -> Array:
-    """The uint32 data of a key (the key itself in fnx)."""
-    return _key_array(keys, "key_data")
+    """The uint32 data of a key or an array of keys (the keys themselves in fnx)."""
+    return _key_array(keys, "key_data", batched=True)
 
 
 def wrap_key_data(key_bits_array: Any, *, impl: str | None = None) -> Array:
     """A key from its uint32[2] data (the data itself in fnx; only `impl=None` or 'threefry2x32')."""
     if impl not in (None, "threefry2x32"):
         raise ValueError(at_user_line(f"wrap_key_data: fnx implements only threefry2x32, got impl={impl!r}"))
-    return _key_array(key_bits_array, "wrap_key_data")
+    return _key_array(key_bits_array, "wrap_key_data", batched=True)
 
 
 # ---- the Threefry-2x32 hash (Salmon et al. 2011, 20 rounds) ----

@@ -423,3 +423,47 @@ def test_indexing_an_empty_axis_and_unknown_modes_raise():
         jnp.zeros(3).at[0].set(1.0, mode="nearest")
     with pytest.raises(TypeError):
         jnp.zeros(3).at[0].set(1.0, made="clip")
+
+
+# ---- random: JAX's bits exactly ----
+
+RANDOM = {
+    "uniform": lambda r, m, k: r.uniform(k, (7, 3)),
+    "uniform_minmax": lambda r, m, k: r.uniform(k, (5,), minval=-2.0, maxval=3.0),
+    "uniform_array_bounds": lambda r, m, k: r.uniform(k, (2, 3), minval=m.array([0.0, 1.0, 2.0]), maxval=5.0),
+    "uniform_float16": lambda r, m, k: r.uniform(k, (9,), dtype=m.float16),
+    "uniform_bfloat16": lambda r, m, k: r.uniform(k, (9,), dtype=m.bfloat16, minval=1, maxval=2),
+    "normal": lambda r, m, k: r.normal(k, (4, 5)),
+    "normal_float16": lambda r, m, k: r.normal(k, (6,), dtype=m.float16),
+    "randint": lambda r, m, k: r.randint(k, (8,), 0, 10),
+    "randint_negative": lambda r, m, k: r.randint(k, (8,), -100, 7),
+    "randint_full_range": lambda r, m, k: r.randint(k, (8,), -2**31, 2**31 - 1),
+    "randint_uint8": lambda r, m, k: r.randint(k, (8,), 0, 300, dtype=m.uint8),
+    "randint_int8": lambda r, m, k: r.randint(k, (8,), -5, 5, dtype=m.int8),
+    "randint_array_bounds": lambda r, m, k: r.randint(k, (2, 3), m.array([0, 5, 10]), 20),
+    "bernoulli": lambda r, m, k: r.bernoulli(k, 0.3, (10,)),
+    "bernoulli_array_p": lambda r, m, k: r.bernoulli(k, m.array([0.1, 0.5, 0.9])),
+    "truncated_normal": lambda r, m, k: r.truncated_normal(k, -1.0, 2.0, (6,)),
+    "categorical": lambda r, m, k: r.categorical(k, m.array([[0.0, 1.0, 2.0], [3.0, 0.0, -1.0]])),
+    "categorical_shape": lambda r, m, k: r.categorical(k, m.array([0.0, 1.0, 2.0]), shape=(4,)),
+    "permutation": lambda r, m, k: r.permutation(k, 10),
+    "permutation_rows": lambda r, m, k: r.permutation(k, m.arange(12.0).reshape(4, 3)),
+    "choice": lambda r, m, k: r.choice(k, 10, (3,), replace=False),
+    "choice_replace": lambda r, m, k: r.choice(k, 10, (5,)),
+    "choice_p": lambda r, m, k: r.choice(k, 4, (5,), p=m.array([0.1, 0.2, 0.3, 0.4])),
+    "gumbel": lambda r, m, k: r.gumbel(k, (5,)),
+    "split": lambda r, m, k: r.key_data(r.split(k, 3)),
+    "fold_in": lambda r, m, k: r.key_data(r.fold_in(k, 7)),
+    "bits": lambda r, m, k: r.bits(k, (5,)),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 42, 2**31 + 5])
+@pytest.mark.parametrize("name", RANDOM)
+def test_random_bits_match_jax(name, seed):
+    expected = np.asarray(RANDOM[name](jax.random, jjnp, jax.random.key(seed)))
+    got = RANDOM[name](fnx.random, jnp, fnx.random.key(seed))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    jitted = fnx.jit(lambda k: RANDOM[name](fnx.random, jnp, k))(fnx.random.key(seed))
+    np.testing.assert_array_equal(np.asarray(jitted), expected)
