@@ -11,6 +11,7 @@ the input's float dtype, as jax.nn does. The initializers live in `fnx.initializ
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from fnx import initializers
@@ -514,7 +515,10 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = jnp.float32, axis: int = -
              [0., 0., 0.]], dtype=float32)
     """
     x = jnp.asarray(x)
-    num_classes = int(num_classes)
+    try:
+        num_classes = operator.index(num_classes)
+    except TypeError:
+        raise TypeError(at_user_line(f"one_hot: num_classes must be an integer, got {num_classes!r}")) from None
     out_ndim = x.ndim + 1
     if not -out_ndim <= axis < out_ndim:
         raise ValueError(at_user_line(f"one_hot: axis {axis} is out of bounds for a result of {out_ndim} dims"))

@@ -869,6 +869,14 @@ def _concrete(x: Any, name: str) -> np.ndarray:
     return np.asarray(x)
 
 
+def _concrete_ints(x: Any, name: str, what: str) -> np.ndarray:
+    """`_concrete`, as int64, raising TypeError (as JAX does) when the values are not integers (2.0, 1.5)."""
+    value = _concrete(x, name)
+    if value.dtype.kind not in "iub":
+        raise TypeError(at_user_line(f"{name}: {what} must be integers, got {value.dtype} {value.tolist()}"))
+    return value.astype(np.int64)
+
+
 @eager_op
 def nonzero(a: Any) -> tuple[Array, ...]:
     """Indices of the nonzero elements, one int32 array per axis (needs a concrete value)."""
@@ -1196,7 +1204,7 @@ def repeat(a: Any, repeats: Any, axis: int | None = None, total_repeat_length: i
     x = _arr(a, "repeat")
     if axis is None: x, axis = ravel(x), 0
     axis = lax._axes(axis, x.ndim, "repeat")[0]
-    counts = _concrete(repeats, "repeat").astype(np.int64)
+    counts = _concrete_ints(repeats, "repeat", "repeats")
     if counts.ndim == 0 or counts.size == 1:
         r, n = int(counts.reshape(-1)[0]), x.shape[axis]
         spread = lax.expand(lax.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:]),
@@ -1240,7 +1248,7 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any
     """Pad with `pad_width` ((before, after) per axis, or one pair / int for all) in mode 'constant'
     (`constant_values`), 'edge', 'reflect', 'symmetric' or 'wrap', like numpy.pad."""
     x = _arr(array, "pad")
-    widths = np.broadcast_to(np.asarray(_concrete(pad_width, "pad"), dtype=np.int64).reshape(
+    widths = np.broadcast_to(_concrete_ints(pad_width, "pad", "pad_width").reshape(
         (-1, 2) if np.size(pad_width) > 2 else (-1,)), (x.ndim, 2))
     if (widths < 0).any(): raise ValueError(at_user_line(f"pad: negative pad_width {pad_width}"))
     if mode == "constant":

@@ -89,6 +89,8 @@ SHAPE_CALLS = {
     "randint": lambda m, r: r.randint(r.key(0), (2.5,), 0, 3),
     "bernoulli": lambda m, r: r.bernoulli(r.key(0), 0.5, (2.5,)),
     "split": lambda m, r: r.split(r.key(0), 2.5),
+    "repeat": lambda m, r: m.repeat(m.ones(4), 2.0),
+    "pad": lambda m, r: m.pad(m.ones(3), 1.5),
 }
 
 
@@ -98,6 +100,13 @@ def test_non_integer_shapes_raise_type_error(name):
         SHAPE_CALLS[name](jjnp, jax.random)
     with pytest.raises(TypeError, match="integer|nonnegative"):
         SHAPE_CALLS[name](jnp, fnx.random)
+
+
+def test_one_hot_needs_an_integer_number_of_classes():
+    with pytest.raises(TypeError):
+        jax.nn.one_hot(jjnp.arange(3), 2.5)
+    with pytest.raises(TypeError, match="num_classes"):
+        fnx.nn.one_hot(jnp.arange(3), 2.5)
 
 
 def test_integer_like_shapes_are_accepted():
