@@ -1,10 +1,11 @@
 """Render a linearized kernel as LLVM IR text.
 
-Registers hold bool as i1 and float16/bfloat16 as float (their arithmetic runs in float32, rounded on every store
-and cast); memory holds bool as i8, float16 as half and bfloat16 as i16. Integer division by zero and shifts by
-out-of-range amounts are defined (x/0 = -1, x%0 = x, oversized shifts give 0 or the sign) so generated code never
-traps or reads poison. A kernel is `void @name(ptr %buf0, ..., i64 %start, i64 %end)`; [start, end) bounds its
-thread-split loop.
+Registers hold bool as i1 and float16/bfloat16 as float: an op computes in float32 and its result is rounded to
+its 16-bit dtype before any other op reads it (as JAX and numpy round every op; 16-bit sums accumulate in float32
+and round once, as JAX's do); memory holds bool as i8, float16 as half and bfloat16 as i16. Integer division by
+zero and shifts by out-of-range amounts are defined (x/0 = -1, x%0 = x, oversized shifts give 0 or the sign) so
+generated code never traps or reads poison. A kernel is `void @name(ptr %buf0, ..., i64 %start, i64 %end)`;
+[start, end) bounds its thread-split loop.
 
 Vector lanes: when the optimizer made ranges the kernel's `lanes`, every value that depends on one is an LLVM
 vector `<W x T>` (scalars that meet vectors are splatted). A LOAD/STORE whose arg is a lane range reads/writes W
@@ -43,14 +44,28 @@ def const_text(value, d: DType) -> str:
     if d.is_bool: return "true" if value else "false"
     if d.is_float:
         v = float(value)
-        if reg_type(d) == "float":  # float constants must be exact in float: round (out of range becomes inf)
+        if reg_type(d) == "float":  # float constants must be exact in their dtype: round (out of range becomes inf)
             with np.errstate(over="ignore"):
-                v = float(np.float32(v))
+                v = float(np.array(v, dtype=d.np))
         return "0x" + struct.pack(">d", v).hex().upper()
     return str(int(value))
 
 
 _FLOAT_INTRINSIC = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
+
+# ops whose float32 result a 16-bit float must round; MAX, WHERE, TRUNC, MOD (fmod is exact), loads and bitcasts of
+# 16-bit values are exact already and casts round themselves
+_INEXACT = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
+
+
+def is_half(d: DType) -> bool:
+    """float16 or bfloat16: held in a float register, rounded to d after every inexact op."""
+    return d.is_float and d.itemsize == 2
+
+
+def rounds(u: UOp) -> bool:
+    """Whether u's float32 register must be rounded to its 16-bit dtype before another op reads it."""
+    return is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg[0] is Ops.MAX)
 
 
 class Renderer:
@@ -182,7 +197,8 @@ class Renderer:
         # order of float additions then differs from a strict left-to-right loop)
         self.w = self.W if self.vec.get(red.src[0]) else 0
         x = red.src[0]
-        if red.arg[0] is Ops.ADD and x.op is Ops.MUL and red.dtype.is_float:  # a sum of products: fused multiply-add
+        # a sum of products: fused multiply-add (not for 16-bit floats, whose product is rounded before the sum)
+        if red.arg[0] is Ops.ADD and x.op is Ops.MUL and red.dtype.is_float and not is_half(red.dtype):
             t = self.rt(red.dtype)
             self.acc[red] = self.intrinsic(f"llvm.fmuladd.{self.sfx(reg_type(red.dtype))}", t,
                                            [self.value(x.src[0]), self.value(x.src[1]), self.acc[red]], [t, t, t])
@@ -221,10 +237,13 @@ class Renderer:
             converted = self.emit(f"{kind} {self.rt(u.src[0].dtype)} {self.value(u.src[0])} to {t}")
             self.names[u] = self.emit(f"freeze {t} {converted}")
         else: self.names[u] = self.alu(u.op, u.dtype, [self.value(s) for s in u.src], u.src[0].dtype)
+        if rounds(u):
+            self.w = self.W if self.vec.get(u) else 0  # a REDUCE across lanes finishes as a scalar
+            self.names[u] = self.round_to(self.names[u], u.dtype)
 
     def fused_product(self, u: UOp) -> str | None:
         """ADD marked "contract" of a float product and another value as one llvm.fmuladd (rounded once)."""
-        if u.op is not Ops.ADD or u.arg != "contract" or not u.dtype.is_float: return None
+        if u.op is not Ops.ADD or u.arg != "contract" or not u.dtype.is_float or is_half(u.dtype): return None
         mul, other = (u.src[0], u.src[1]) if u.src[0].op is Ops.MUL else (u.src[1], u.src[0])
         if mul.op is not Ops.MUL: return None
         t = self.rt(u.dtype)
@@ -323,15 +342,21 @@ class Renderer:
         if d == dtypes.bfloat16: return self.emit(f"trunc {self.vt('i32')} {self.bf16_bits(value)} to {self.vt('i16')}")
         return value
 
-    def bf16_bits(self, value: str) -> str:
-        """float -> bfloat16 bits in the high half of an i32 shifted down (round to nearest even; NaN stays NaN)."""
+    def bf16_rounded(self, value: str) -> str:
+        """The bits of a float rounded to bfloat16, as an i32 whose low half is zero (round to nearest even; a NaN
+        becomes the quiet NaN of its sign, as ml_dtypes does)."""
         i32, f32, k = self.vt("i32"), self.vt("float"), lambda v: self.c(v, dtypes.int32)
         bits = self.emit(f"bitcast {f32} {value} to {i32}")
         lsb = self.emit(f"and {i32} {self.emit(f'lshr {i32} {bits}, {k(16)}')}, {k(1)}")
-        rounded = self.emit(f"add {i32} {bits}, {self.emit(f'add {i32} {lsb}, {k(32767)}')}")
+        rounded = self.emit(f"add {i32} {bits}, {self.emit(f'add {i32} {lsb}, {k(0x7FFF)}')}")
         is_nan = self.emit(f"fcmp uno {f32} {value}, {self.c(0.0, dtypes.float32)}")
-        return self.emit(f"select {self.vt('i1')} {is_nan}, {i32} {k(32704)}, {i32} "
-                         f"{self.emit(f'lshr {i32} {rounded}, {k(16)}')}")
+        nan = self.emit(f"or {i32} {self.emit(f'and {i32} {bits}, {k(-0x80000000)}')}, {k(0x7FC00000)}")
+        return self.emit(f"select {self.vt('i1')} {is_nan}, {i32} {nan}, {i32} "
+                         f"{self.emit(f'and {i32} {rounded}, {k(-0x10000)}')}")
+
+    def bf16_bits(self, value: str) -> str:
+        """float -> bfloat16 bits in the low half of an i32 (bf16_rounded)."""
+        return self.emit(f"lshr {self.vt('i32')} {self.bf16_rounded(value)}, {self.c(16, dtypes.int32)}")
 
     def round_to(self, value: str, d: DType) -> str:
         """A float register rounded to a 16-bit float dtype and back (what a store then load would give)."""
@@ -340,8 +365,7 @@ class Renderer:
             half = self.vt("half")
             return self.emit(f"fpext {half} {self.emit(f'fptrunc {f32} {value} to {half}')} to {f32}")
         if d == dtypes.bfloat16:
-            shifted = self.emit(f"shl {self.vt('i32')} {self.bf16_bits(value)}, {self.c(16, dtypes.int32)}")
-            return self.emit(f"bitcast {self.vt('i32')} {shifted} to {f32}")
+            return self.emit(f"bitcast {self.vt('i32')} {self.bf16_rounded(value)} to {f32}")
         return value
 
     def alu(self, op: Ops, d: DType, args: list[str], src_dtype: DType, flags: str = "") -> str:
@@ -401,8 +425,9 @@ class Renderer:
         st, t, i1 = self.rt(src), self.rt(d), self.vt("i1")
         if d.is_bool: return self.emit(f"{'fcmp une' if src.is_float else 'icmp ne'} {st} {a}, {self.c(0, src)}")
         if src.is_float and d.is_float:
-            if st != t: a = self.emit(f"{'fpext' if reg_type(src) == 'float' else 'fptrunc'} {st} {a} to {t}")
-            return self.round_to(a, d) if d.itemsize == 2 else a
+            if reg_type(src) == "double" and is_half(d): a = self.odd_float(a)
+            elif st != t: a = self.emit(f"{'fpext' if reg_type(src) == 'float' else 'fptrunc'} {st} {a} to {t}")
+            return self.round_to(a, d) if is_half(d) else a
         if src.is_float:  # saturating, NaN -> 0: clamp, then convert (selects vectorize; .sat intrinsics do not)
             bits = 8 * d.itemsize
             lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
@@ -415,12 +440,33 @@ class Renderer:
             a = self.emit(f"select {i1} {nan}, {st} {self.c(0.0, src)}, {st} {a}")
             return self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
         if d.is_float:
-            out = self.emit(f"{'uitofp' if src.is_unsigned or src.is_bool else 'sitofp'} {st} {a} to {t}")
-            return self.round_to(out, d) if d.itemsize == 2 else out
+            kind = "uitofp" if src.is_unsigned or src.is_bool else "sitofp"
+            if is_half(d) and src.itemsize == 4:  # exactly through double: float could round twice
+                return self.round_to(self.odd_float(self.emit(f"{kind} {st} {a} to {self.vt('double')}")), d)
+            out = self.emit(f"{kind} {st} {a} to {t}")
+            return self.round_to(out, d) if is_half(d) else out
         if st == t: return a
         sb, tb = int(reg_type(src)[1:]), int(reg_type(d)[1:])
         if tb < sb: return self.emit(f"trunc {st} {a} to {t}")
         return self.emit(f"{'zext' if src.is_unsigned or src.is_bool else 'sext'} {st} {a} to {t}")
+
+    def odd_float(self, a: str) -> str:
+        """A double as float, rounded to odd (an inexact result gets an odd last bit): rounding that to a 16-bit
+        float is correctly rounded, where a float rounded to nearest could land on a 16-bit midpoint."""
+        f64, f32, i32 = self.vt("double"), self.vt("float"), self.vt("i32")
+        near = self.emit(f"fptrunc {f64} {a} to {f32}")
+        wide = self.emit(f"fpext {f32} {near} to {f64}")
+        bits = self.emit(f"bitcast {f32} {near} to {i32}")
+        even = self.emit(f"icmp eq {i32} {self.emit(f'and {i32} {bits}, {self.c(1, dtypes.int32)}')}, "
+                         f"{self.c(0, dtypes.int32)}")
+        fix = self.emit(f"and {self.vt('i1')} {even}, {self.emit(f'fcmp one {f64} {wide}, {a}')}")
+        fabs = f"llvm.fabs.{self.sfx('double')}"
+        away = self.emit(f"fcmp ogt {f64} {self.intrinsic(fabs, f64, [wide], [f64])}, "
+                         f"{self.intrinsic(fabs, f64, [a], [f64])}")
+        step = self.emit(f"select {self.vt('i1')} {away}, {i32} {self.c(-1, dtypes.int32)}, {i32} "
+                         f"{self.c(1, dtypes.int32)}")
+        odd = self.emit(f"select {self.vt('i1')} {fix}, {i32} {self.emit(f'add {i32} {bits}, {step}')}, {i32} {bits}")
+        return self.emit(f"bitcast {i32} {odd} to {f32}")
 
     def bitcast(self, a: str, src: DType, d: DType) -> str:
         bits = self.vt(f"i{8 * d.itemsize}")
