@@ -12,13 +12,15 @@ class Config:
     cpu_threads: int       # FNX_CPU_THREADS: worker threads for CPU kernels
     cache_dir: str | None  # FNX_CACHE_DIR: persistent compile cache ('' disables)
     beam: int = 0          # FNX_BEAM: width of the schedule search timed on the device (0: hand heuristics)
+    executables: int = 512  # FNX_EXECUTABLES: compiled graphs kept for reuse (least recently used ones go first)
 
 
 def _read() -> Config:
     cache = os.environ.get("FNX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fnx"))
     return Config(device=os.environ.get("FNX_DEVICE", "cpu"), debug=int(os.environ.get("FNX_DEBUG", "0") or 0),
                                 cpu_threads=int(os.environ.get("FNX_CPU_THREADS", "0") or 0) or (os.cpu_count() or 1),
-                                cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0))
+                                cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0),
+                                executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512))
 
 
 config = _read()

@@ -9,6 +9,7 @@ compiles it once per (graph over PARAMs, device) and runs it.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import importlib
@@ -210,14 +211,39 @@ class Array:
 
 # ---- eager execution ----
 
-_executables: dict[tuple[UOp, str], Executable] = {}
+class LRUCache:
+    """A mapping bounded to `size` entries that forgets the least recently used one first: compiled code costs
+    memory (an LLVM engine per executable), and a process that keeps making new graphs must not keep them all.
+    (functools.lru_cache memoizes a function of its arguments; here the key is not the whole argument.)"""
+
+    def __init__(self, size: int):
+        self.size, self.entries, self.lock = size, collections.OrderedDict(), threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            value = self.entries.get(key)
+            if value is not None: self.entries.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        with self.lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size: self.entries.popitem(last=False)
+            return value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+_executables = LRUCache(config.executables)
 
 
 def compile_function(fn: UOp, device: str) -> Executable:
-    """The cached Executable of FUNCTION `fn` on `device` (compiled on first use)."""
+    """The cached Executable of FUNCTION `fn` on `device` (compiled on first use; the cache is an LRUCache)."""
     key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), device)  # unused inputs count too
     if (exe := _executables.get(key)) is None:
-        exe = _executables[key] = get_backend(device).compile(fn, device)
+        exe = _executables.put(key, get_backend(device).compile(fn, device))
     return exe
 
 
@@ -241,8 +267,43 @@ def realize(outs: list[UOp]) -> list[UOp]:
         raise ValueError(at_user_line(f"an operation mixes arrays on different devices: {sorted(devices)}; "
                                       "move them with fnx.device_put first"))
     device = devices.pop() if devices else state.default_device
-    results = iter(run_function(fn, [b.arg[0] for b in buffers], device))
+    fn, constants = _lift_constants(fn, device)
+    inputs = [b.arg[0] for b in buffers] + [_constant_buffer(c, device) for c in constants]
+    results = iter(run_function(fn, inputs, device))
     return [u if u.op is Ops.BUFFER else next(results) for u in outs]
+
+
+def _lift_constants(fn: UOp, device: str) -> tuple[UOp, list[UOp]]:
+    """FUNCTION `fn` with every constant of its body (not of nested bodies) read from a PARAM of shape () that
+    follows the existing ones, and those constants. An eager op then compiles once per shape and dtype, not once
+    per Python scalar (`x * float(i)` in a loop compiled and kept one kernel per i), as JAX passes a scalar to its
+    compiled primitive as an argument. (jit keeps constants in the code, also as JAX does.)"""
+    body = fn.src[0]
+    found = [u for u in body.graph if u.op is Ops.CONST]
+    if not found: return fn, []
+    scalars = list(dict.fromkeys(UOp.const(c.dtype, c.arg[0]) for c in found))
+    slot = {c: UOp(Ops.PARAM, c.dtype, (), (len(fn.src) - 1 + i, (), device)) for i, c in enumerate(scalars)}
+    memo: dict[UOp, UOp] = {}
+    for u in body.graph:
+        if u.op is Ops.CONST:
+            p = slot[UOp.const(u.dtype, u.arg[0])]
+            memo[u] = p if not u.shape else UOp(Ops.EXPAND, u.dtype, (
+                UOp(Ops.RESHAPE, u.dtype, (p,), (1,) * len(u.shape)),), u.shape)
+        else:  # bodies of calls and control nodes are never in memo: they keep their own constants
+            src = tuple(memo.get(s, s) for s in u.src)
+            memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+    return UOp(Ops.FUNCTION, fn.dtype, (memo[body], *fn.src[1:], *slot.values())), scalars
+
+
+_constant_buffers = LRUCache(4096)
+
+
+def _constant_buffer(c: UOp, device: str) -> Buffer:
+    """A device buffer holding scalar constant `c` (shared: buffers are immutable)."""
+    key = (c, device)
+    if (buf := _constant_buffers.get(key)) is None:
+        buf = _constant_buffers.put(key, Buffer.from_numpy(device, np.array(c.arg[0], dtype=c.dtype.np)))
+    return buf
 
 
 def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:

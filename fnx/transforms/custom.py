@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from fnx import dtypes, tree_util
 from fnx.errors import at_user_line
-from fnx.trace import Array, _realize_tree, building, state, trace
+from fnx.trace import Array, LRUCache, _realize_tree, building, state, trace
 from fnx.uop import Ops, UOp
 
 _serial = itertools.count()
@@ -69,15 +69,15 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
     return _realize_tree(out) if not state.depth else out
 
 
-_rules: dict = {}
+_rules = LRUCache(4096)  # bounded: a checkpoint made anew each step (a new serial) must not pin its closures forever
 
 
 def _rules_cache(kind, fun, in_tree, out_tree, static, serial, rules) -> CustomRule:
     """One rule object per (function, structure, static args), so equal calls build equal (cacheable) graphs."""
     key = (serial, in_tree, out_tree, _hashable(static))
-    if key not in _rules:
-        _rules[key] = CustomRule(kind, fun, in_tree, out_tree, static=static, tag=("call", serial), **rules)
-    return _rules[key]
+    if (rule := _rules.get(key)) is None:
+        rule = _rules.put(key, CustomRule(kind, fun, in_tree, out_tree, static=static, tag=("call", serial), **rules))
+    return rule
 
 
 def _hashable(static: tuple) -> Any:
