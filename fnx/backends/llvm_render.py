@@ -203,8 +203,10 @@ class Renderer:
             self.acc[red] = self.intrinsic(f"llvm.fmuladd.{self.sfx(reg_type(red.dtype))}", t,
                                            [self.value(x.src[0]), self.value(x.src[1]), self.acc[red]], [t, t, t])
             return
+        # a level of a blocked sum (optimize.block_sums) adds its inner level's sum as it is: reassociating would
+        # let LLVM fold an unrolled inner level back into one long chain of additions
         self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(x)], red.dtype,
-                                 flags=" reassoc nsz")
+                                 flags=" nsz" if x.op is Ops.REDUCE else " reassoc nsz")
 
     def finish_reduce(self, red: UOp) -> str:
         """The REDUCE's value: its accumulator, reduced across lanes when the lane range is one of its ranges."""

@@ -19,12 +19,15 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
   other action.
 - ACCUMULATE(axis): move a reduce loop outermost and accumulate into the output buffer across its iterations
   (the output is first set to the reduction's identity by an init kernel). With SPLIT of the reduce loop this is
-  cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache.
+  cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache. A float sum
+  allows FLAT_SUM_MAX passes at most (each adds into the output in a row).
 
 `heuristic_opts` chooses actions by hand rules; `FNX_BEAM` (fnx/lower/search.py) searches the same actions by
-timing. After the actions, loads and stores whose index walks memory one element per lane become single vector
-instructions (their `arg` names the lane range) and the rest gathers/scatters (the devectorize step). The whole
-design, with the heuristics' measurements, is in docs/LOWERING.md.
+timing. After the actions, whichever they were, long float sums become levels of short partial sums
+(`block_sums`: their rounding error stays near a pairwise sum's), then loads and stores whose index walks memory
+one element per lane become single vector instructions (their `arg` names the lane range) and the rest
+gathers/scatters (the devectorize step). The whole design, with the heuristics' measurements, is in
+docs/LOWERING.md.
 """
 from __future__ import annotations
 
@@ -152,6 +155,9 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
         if (red.op is not Ops.REDUCE or r not in red.src[1:] or len(st.src) != 3
                 or (red.dtype.is_float and red.dtype.itemsize == 2)):  # 16-bit floats accumulate in float32 registers
             raise OptError("ACCUMULATE: every store must write a reduction over the loop")
+        if red.arg[0] is Ops.ADD and red.dtype.is_float and r.arg[1] > FLAT_SUM_MAX:
+            # each pass adds into the output in a row, where block_sums cannot block them
+            raise OptError(f"ACCUMULATE: {r.arg[1]} passes of a float sum (at most {FLAT_SUM_MAX})")
         rest = tuple(x for x in red.src[1:] if x is not r)
         part = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
         old = UOp(Ops.LOAD, red.dtype, (st.src[0], st.src[1]))
@@ -282,6 +288,78 @@ def devectorize(k: Kernel) -> Kernel:
     return replace(k, sink=_rebuild(k.sink, fn))
 
 
+# ---- blocked float sums: the last step of every schedule ----
+
+FLAT_SUM_MAX = 256  # a float sum with at most this many additions in a row per accumulator keeps one loop nest
+SUM_BLOCK = 16      # additions in a row per level of a blocked float sum
+SUM_BLOCK_WIDE = 64  # ... in its innermost level when the loop nest updates WIDE_NEST or more accumulators
+WIDE_NEST = 4        # (register blocking: there every level's exit costs as many adds and spills, and 16
+                     # iterations did not pay for them: 1024x1024x256 and 256x4096x64 matmuls lost 5-15%)
+
+
+def _loops(k: Kernel, red: UOp) -> tuple[UOp, ...]:
+    """The loops of a REDUCE's nest, outermost first: its ranges less the vector lanes."""
+    return tuple(r for r in red.src[1:] if r not in k.lanes)
+
+
+def _long_float_sum(k: Kernel, u: UOp) -> bool:
+    return (u.op is Ops.REDUCE and u.arg[0] is Ops.ADD and u.dtype.is_float
+            and math.prod(r.arg[1] for r in _loops(k, u)) > FLAT_SUM_MAX)
+
+
+def _inner_level(loops: tuple[UOp, ...], block: int) -> tuple[int, int]:
+    """Where the innermost level of at most `block` iterations starts: (j, 0) when loops[j:] make it, or
+    (i, d) when loop i must first be split by d (its inner d iterations close the level)."""
+    size = 1
+    for i in range(len(loops) - 1, -1, -1):
+        n = loops[i].arg[1]
+        if size * n <= block:
+            size *= n
+            continue
+        room = block // size
+        d = _largest_divisor(n, room) if room >= 2 else 1
+        if d >= max(2, room // 4): return i, d
+        return (i + 1, 0) if size > 1 else (i, room)  # a loop with no fitting divisor is split with a masked tail
+    raise AssertionError("_inner_level: the loops fit one level")
+
+
+def _nest(k: Kernel, loops: tuple[UOp, ...], j: int) -> Kernel:
+    """Every REDUCE over `loops` becomes a REDUCE over loops[:j] (and its lanes) of a REDUCE over loops[j:] that
+    starts from the identity on each iteration: a level of the blocked sum. 16-bit floats sum in float32."""
+    inner_loops = set(loops[j:])
+
+    def fn(u: UOp, src: tuple) -> UOp:
+        out = _same(u, src)
+        if u.op is not Ops.REDUCE or _loops(k, u) != loops: return out
+        wide = u.dtype.is_float and u.dtype.itemsize == 2
+        dtype, x = (dtypes.float32, out.src[0].cast(dtypes.float32)) if wide else (u.dtype, out.src[0])
+        inner = UOp(Ops.REDUCE, dtype, (x, *loops[j:]), u.arg)
+        outer = UOp(Ops.REDUCE, dtype, (inner, *(r for r in u.src[1:] if r not in inner_loops)), u.arg)
+        return outer.cast(u.dtype) if wide else outer
+    return replace(k, sink=_rebuild(k.sink, fn))
+
+
+def block_sums(k: Kernel) -> Kernel:
+    """Every float sum with more than FLAT_SUM_MAX additions in a row per accumulator becomes levels of at most
+    SUM_BLOCK (the innermost of SUM_BLOCK_WIDE in a register-blocked nest): each level sums the partial sums of
+    the level inside it, each from a fresh zero. The rounding error grows with the additions in a row, so this
+    bounds it by ~(SUM_BLOCK * levels) ulps instead of n / lanes (docs/LOWERING.md). Other reductions over the
+    same loops are nested alike (exactly), so one loop nest still computes them all."""
+    while (red := next((u for u in k.sink.toposort if _long_float_sum(k, u)), None)) is not None:
+        loops = _loops(k, red)
+        accumulators = sum(1 for u in k.sink.toposort if u.op is Ops.REDUCE and _loops(k, u) == loops)
+        block = SUM_BLOCK_WIDE if accumulators >= WIDE_NEST else SUM_BLOCK
+        while math.prod(r.arg[1] for r in loops) > block:
+            i, d = _inner_level(loops, block)
+            if d:
+                k, outer, inner = _split(k, loops[i], d)
+                loops = loops[:i] + (outer, inner) + loops[i + 1:]
+                continue
+            k = _nest(k, loops, i)
+            loops, block = loops[:i], SUM_BLOCK
+    return k
+
+
 # ---- the hand heuristics ----
 
 def _stride(index: UOp, r: UOp) -> int | None:
@@ -381,8 +459,8 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         n_out = len(k.ranges)
         slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
         kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
-        if (slab > L2_BYTES and kc and red.arg[1] > kc and stores[0].src[2].op is Ops.REDUCE
-                and len(k.reduce_ranges) == 1):
+        if (slab > L2_BYTES and kc and kc < red.arg[1] <= kc * FLAT_SUM_MAX and stores[0].src[2].op is Ops.REDUCE
+                and len(k.reduce_ranges) == 1):  # (more k-slabs would add into the output too many times in a row)
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
             n_out += 1
             thread_axis = 1
@@ -442,8 +520,9 @@ def _output_loop_sizes(k: Kernel, opts: list[Opt]) -> list[int]:
 
 
 def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:
+    """`opts` applied in order, then the float sums blocked (whatever the schedule) and the accesses devectorized."""
     for opt in opts: k = apply_opt(k, opt)
-    return devectorize(k)
+    return devectorize(block_sums(k))
 
 
 _overrides: list = []   # test hooks: callables (kernel, threads) -> actions, innermost last

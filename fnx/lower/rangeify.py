@@ -70,9 +70,15 @@ class Kernel:
     @property
     def work(self) -> int:
         """Innermost iterations: the output loops times the reduce loops of each reduction (reductions run one
-        after another, not nested in each other)."""
-        nests = {u.src[1:] for u in self.sink.toposort if u.op is Ops.REDUCE}
-        inner = sum(math.prod(r.arg[1] for r in rs if r in self.reduce_ranges) for rs in nests)
+        after another, except the levels of a blocked sum, each nested in the one outside it)."""
+        reduce_loops, deps = set(self.reduce_ranges), {}
+        for u in self.sink.toposort:  # the reduce loops each node varies along
+            deps[u] = ({u} & reduce_loops if u.op is Ops.RANGE else set().union(*(deps[s] for s in u.src))
+                       - (set(u.src[1:]) if u.op is Ops.REDUCE else set()))
+        loops = {frozenset(deps[u.src[0]] | set(u.src[1:]) & reduce_loops) for u in self.sink.toposort
+                 if u.op is Ops.REDUCE}
+        nests = [rs for rs in loops if not any(rs < other for other in loops)]  # a level runs inside the next
+        inner = sum(math.prod(r.arg[1] for r in rs) for rs in nests)
         return math.prod(r.arg[1] for r in self.ranges) * max(inner, 1)
 
     @property

@@ -185,10 +185,18 @@ def searched_opts(kernel: Kernel, threads: int) -> list[Opt] | None:
     if config.beam <= 0 or not kernel.parallel: return None
     key = hashlib.sha256(f"{_graph_text(kernel)}|{threads}|{_target()}".encode()).hexdigest()
     cached = _load(key)
-    if cached is not None: return cached
+    if cached is not None and _applies(kernel, cached): return cached  # (an older fnx may have allowed more)
     opts, seconds, _ = beam_search(kernel, threads, config.beam)
     _store(key, opts, seconds)
     return opts
+
+
+def _applies(kernel: Kernel, opts: list[Opt]) -> bool:
+    try:
+        for opt in opts: kernel = apply_opt(kernel, opt)
+    except OptError:
+        return False
+    return True
 
 
 def _target() -> str:
