@@ -5,9 +5,11 @@ function; under jit it just adds to the graph. Binary functions broadcast with n
 lattice (Python scalars are weakly typed: `int8_array + 1` stays int8). numpy appears here only for static shape and
 dtype logic and for converting host values; the arithmetic is always done by the generated code.
 
-Departures from jax.numpy, on purpose: `x[int_array]` clamps out-of-range indices (as JAX does), integer `/` and
-`mean` give float32 except for 64-bit integers (float64), and the 1-argument `where`/`nonzero` and boolean-mask
-indexing need concrete values (they raise ConcretizationError under jit).
+Out-of-range indices behave as in JAX: gathers (`x[10]`, `x[int_array]`, `.at[].get()`) clamp, updates
+(`.at[].set/add/...`) drop them, `take`/`take_along_axis` fill. Integer `/` and `mean` give float32 except for
+64-bit integers (float64), and the 1-argument `where`/`nonzero` and boolean-mask indexing need concrete values (they
+raise ConcretizationError under jit). The departures that remain are listed, with reasons, in
+docs/JAX_DIFFERENCES.md.
 """
 from __future__ import annotations
 

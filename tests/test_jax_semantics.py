@@ -476,3 +476,12 @@ def test_random_bits_match_jax(name, seed):
     np.testing.assert_array_equal(np.asarray(got), expected)
     jitted = fnx.jit(lambda k: RANDOM[name](fnx.random, jnp, k))(fnx.random.key(seed))
     np.testing.assert_array_equal(np.asarray(jitted), expected)
+
+
+def test_gradients_carry_the_weak_type_of_their_inputs():
+    for primal in (2.0, np.float32(2.0), np.float16(2.0)):
+        expected = jax.grad(lambda x: x * x)(primal)
+        got = fnx.grad(lambda x: x * x)(primal)
+        assert (got.dtype, got.weak_type) == (expected.dtype, expected.weak_type), primal
+    got = fnx.grad(lambda p: p["a"] * p["b"])({"a": 2.0, "b": jnp.ones(())})
+    assert got["a"].weak_type and not got["b"].weak_type

@@ -126,6 +126,12 @@ def _float_argnums(argnums: int | Sequence[int], args: tuple, name: str) -> tupl
     return nums
 
 
+def _weak_as(gradient: Array, primal: Any) -> Array:
+    """A gradient carries its primal's weak type, as in JAX (grad of a Python float is weak)."""
+    weak = primal.weak_type if isinstance(primal, Array) else type(primal) is float
+    return gradient if gradient.weak_type == weak else Array(gradient.uop, weak)
+
+
 def partial(fun: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...]) -> Callable:
     """`fun` as a function of the arguments at positions `nums` only (the others fixed to `args`)."""
     def partial_fun(*diff_args):
@@ -225,6 +231,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                                          "use jacrev or vjp for non-scalar outputs"))
         grads = pullback(tree_util.tree_unflatten(tree_util.tree_structure(value), [lax.full((), 1.0, dtypes.to_dtype(
             leaves[0].dtype))]))
+        grads = tree_util.tree_map(_weak_as, tuple(grads), tuple(args[n] for n in nums))
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((value, result[2]), grads) if has_aux else (value, grads)
     return wrapped
