@@ -63,6 +63,7 @@ def _load(key: str) -> list[Opt] | None:
     if path is None: return None
     try:
         with open(path) as f: data = json.load(f)
+        if data["key"] != key: return None  # a file copied or moved under another kernel's name
         return [Opt(str(op), int(axis), int(amount)) for op, axis, amount in data["opts"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -72,7 +73,7 @@ def _store(key: str, opts: list[Opt], seconds: float) -> None:
     from fnx.backends.cpu_llvm import write_atomically
     path = _cache_path(key)
     if path is None: return
-    text = json.dumps({"opts": [[o.op, o.axis, o.amount] for o in opts], "seconds": seconds})
+    text = json.dumps({"key": key, "opts": [[o.op, o.axis, o.amount] for o in opts], "seconds": seconds})
     write_atomically(path, text.encode())
 
 
