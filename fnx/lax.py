@@ -15,7 +15,7 @@ import numpy as np
 from fnx import dtypes
 from fnx.backends.device import Buffer
 from fnx.dtypes import DType
-from fnx.errors import ShapeError, UnsupportedError, at_user_line
+from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
 from fnx.trace import Array, eager_op, state
 from fnx.uop import GroupOp, Ops, UOp
 
@@ -223,6 +223,8 @@ def canonical_shape(shape: Any, name: str, nonnegative: bool = True) -> tuple[in
     entries = shape if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else (shape,)
     try:
         out = tuple(operator.index(s) for s in entries)
+    except ConcretizationError:  # a traced size under jit: that error says what to do
+        raise
     except TypeError as err:
         message = f"{name}: shapes must be 1D sequences of concrete values of integer type, got {shape!r}"
         raise TypeError(at_user_line(message)) from err

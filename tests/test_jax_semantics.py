@@ -485,3 +485,9 @@ def test_gradients_carry_the_weak_type_of_their_inputs():
         assert (got.dtype, got.weak_type) == (expected.dtype, expected.weak_type), primal
     got = fnx.grad(lambda p: p["a"] * p["b"])({"a": 2.0, "b": jnp.ones(())})
     assert got["a"].weak_type and not got["b"].weak_type
+
+
+def test_traced_shapes_raise_concretization_error():
+    with pytest.raises(fnx.errors.ConcretizationError):
+        fnx.jit(lambda n: jnp.zeros(n))(jnp.array(3))
+    assert fnx.jit(lambda x, n: jnp.zeros(n) + x, static_argnums=1)(1.0, 3).tolist() == [1.0] * 3
