@@ -36,42 +36,59 @@ def _as_float(x: Any) -> Array:
 # ---- the error function (no erf in fnx.numpy or fnx.lax yet) ----
 
 _SQRT_PI = math.sqrt(math.pi)
-# Taylor coefficients of erf(x) / x in z = x*x: 2/sqrt(pi) * (-1)**n / (n! (2n + 1)), highest power first.
-_ERF_TAYLOR = {bits: [2 / _SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in reversed(range(terms))]
-               for bits, terms in ((32, 11), (64, 26))}
-# Per float width: |x| below which the Taylor series is used, continued-fraction depth above it, the |x| past which
-# erfc underflows to 0 (a cap that keeps x*x finite), and the grid that splits x so that x_hi**2 is exact.
-_ERFC_SPLIT = {32: (1.0, 30, 12.0, 64.0), 64: (1.5, 40, 30.0, 4096.0)}
+# Computed in float64, to the precision of the input's width: |x| below which erf's Taylor series is used (and its
+# number of terms), continued-fraction depth above it, the |x| past which erfc underflows to 0 (a cap that keeps
+# x*x finite), and the grid that splits x so that x_hi**2 is exact.
+_ERFC_SPLIT = {4: (1.0, 15, 30, 12.0, 64.0), 8: (1.5, 26, 40, 30.0, 4096.0)}
 
 
-def _exp_minus_square(x: Array, grid: float) -> Array:
-    """exp(-x*x) without the error of rounding x*x: x = hi + lo with hi on a coarse grid, so hi*hi is exact."""
+def _erf_taylor(terms: int) -> list[float]:
+    """Taylor coefficients of erf(x) / x in z = x*x: 2/sqrt(pi) * (-1)**n / (n! (2n + 1)), highest power first."""
+    return [2 / _SQRT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in reversed(range(terms))]
+
+
+def _exp_minus_square(x: Array, grid: float, square_scale: float) -> Array:
+    """exp(-square_scale * x*x) without the error of rounding x*x: x = hi + lo with hi on a coarse grid, so hi*hi
+    is exact (and so is its product with square_scale, a power of two)."""
     hi = jnp.floor(x * grid) / grid
-    return jnp.exp(-(hi * hi)) * jnp.exp(-((x - hi) * (x + hi)))
+    return jnp.exp(-square_scale * (hi * hi)) * jnp.exp(-square_scale * ((x - hi) * (x + hi)))
 
 
-def _erfc(x: Array) -> Array:
-    """The complementary error function 1 - erf(x), accurate to a few ulps (relative) also where it is tiny.
+def _erfc(x: Array, scale: float = 1.0) -> Array:
+    """The complementary error function 1 - erf(scale * x) (see _erfc_wide), in x's dtype."""
+    return _erfc_wide(x, scale).astype(x.dtype)
 
-    |x| < cut: 1 - erf(x) from erf's Taylor series. Beyond: erfc(|x|) = exp(-x^2) / sqrt(pi) * x / (x^2 + 1/2 -
-    1*2/4 / (x^2 + 5/2 - 3*4/4 / (x^2 + 9/2 - ...))), the even part of Laplace's continued fraction, evaluated from
-    a fixed depth; negative x use erfc(x) = 2 - erfc(-x). 16-bit floats compute in float32.
+
+def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
+    """1 - erf(scale * x) in float64, accurate to a few ulps of x's dtype (relative) also where it is tiny.
+    scale * scale must be a power of two (gelu's -1/sqrt(2)): erfc(y) carries e^(-y^2), whose relative error is
+    2 y^2 times that of y, so e^(-scale^2 x^2) is computed from x itself, never from the rounded y.
+
+    |y| < cut: 1 - erf(y) from erf's Taylor series. Beyond: erfc(|y|) = exp(-y^2) / sqrt(pi) * y / (y^2 + 1/2 -
+    1*2/4 / (y^2 + 5/2 - 3*4/4 / (y^2 + 9/2 - ...))), the even part of Laplace's continued fraction, evaluated from
+    a fixed depth; negative y use erfc(y) = 2 - erfc(-y). Narrower floats compute in float64 too: 1 - erf(y)
+    cancels (five-fold at y = 1), which float64 absorbs. NaN stays NaN.
     """
-    if x.dtype.itemsize < 4: return _erfc(x.astype(jnp.float32)).astype(x.dtype)
-    bits = 8 * x.dtype.itemsize
-    cut, depth, cap, grid = _ERFC_SPLIT[bits]
-    z = x * x
-    acc = jnp.full_like(x, _ERF_TAYLOR[bits][0])
-    for c in _ERF_TAYLOR[bits][1:]: acc = acc * z + c
-    near_zero = 1 - x * acc
-    a = jnp.clip(jnp.abs(x), cut, cap)
+    cut, terms, depth, cap, grid = _ERFC_SPLIT[8 if x.dtype.itemsize >= 8 else 4]
+    x = x.astype(jnp.float64)
+    y = x * scale
+    z = y * y
+    coeffs = _erf_taylor(terms)
+    acc = jnp.full_like(y, coeffs[0])
+    for c in coeffs[1:]: acc = acc * z + c
+    near_zero = 1 - y * acc
+    a = jnp.clip(jnp.abs(y), cut, cap)
     a2 = a * a
-    t = a2 + (0.5 + 2 * depth)
+    # the fraction t = a2 + 1/2 - 1*2/4 / (a2 + 5/2 - ...) as p / q, bottom up: multiplies and one division
+    p, q = a2 + (0.5 + 2 * depth), jnp.ones_like(a2)
     for k in range(depth, 0, -1):
-        t = a2 + (0.5 + 2 * (k - 1)) - ((2 * k - 1) * k / 2) / t
-    tail = _exp_minus_square(a, grid) * (a / t) / _SQRT_PI
-    far = jnp.where(x < 0, 2 - tail, tail)
-    return jnp.where(jnp.abs(x) < cut, near_zero, far)
+        p, q = (a2 + (0.5 + 2 * (k - 1))) * p - ((2 * k - 1) * k / 2) * q, p
+    unscaled = jnp.clip(jnp.abs(x), cut / abs(scale), cap / abs(scale))
+    square_scale = 2.0 ** round(math.log2(scale * scale))  # exact: (1/sqrt 2)**2 is 0.5000000000000001 in floats
+    tail = _exp_minus_square(unscaled, grid, square_scale) * (a * q / p) / _SQRT_PI
+    tail = jnp.where(jnp.abs(y) >= cap, 0.0, tail)  # (so that gelu(-inf) is -inf * 0 = NaN, as in JAX)
+    far = jnp.where(y < 0, 2 - tail, tail)
+    return jnp.where(jnp.abs(y) < cut, near_zero, jnp.where(jnp.isnan(y), y, far))
 
 
 # ---- activations ----
@@ -163,7 +180,10 @@ def sigmoid(x: Any) -> Array:
       >>> fnx.nn.sigmoid(jnp.array([0.0]))
       Array([0.5], dtype=float32)
     """
-    return 1 / (1 + jnp.exp(-_as_float(x)))
+    x = _as_float(x)
+    e = jnp.exp(-jnp.abs(x))  # in (0, 1]: never overflows, so far-negative x keep their tiny (subnormal) results
+    s = 1 / (1 + e)
+    return jnp.where(x < 0, e * s, s)
 
 
 @eager_op
@@ -216,7 +236,12 @@ def silu(x: Any) -> Array:
       Array([0.       , 0.7310586], dtype=float32)
     """
     x = _as_float(x)
-    return x * sigmoid(x)
+    # x / (1 + e^-x) with e = e^-|x|: x e / (1 + e) for x < 0. Far out e is subnormal and would lose the bits of
+    # the result, which is still normal: there one exp gives h = e^(x/2) instead, and x e = (x h) h.
+    deep = x < (-700.0 if x.dtype == jnp.float64 else -80.0)
+    v = jnp.exp(jnp.where(deep, 0.5 * x, -jnp.abs(x)))
+    numerator = jnp.where(deep, (x * v) * v, jnp.where(x < 0, x * v, x))
+    return numerator / (1 + jnp.where(deep, v * v, v))
 
 
 swish = silu
@@ -254,7 +279,8 @@ def gelu(x: Any, approximate: bool = True) -> Array:
     x = _as_float(x)
     if approximate:
         return x * (0.5 * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x)))))
-    return x * (_erfc(-x * (1 / math.sqrt(2))) * 0.5)
+    # the product in float64: a narrower erfc would round into the subnormals first
+    return (x.astype(jnp.float64) * (_erfc_wide(x, -1 / math.sqrt(2)) * 0.5)).astype(x.dtype)
 
 
 @eager_op

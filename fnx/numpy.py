@@ -423,9 +423,9 @@ def _float_power(x: Array, y: Array) -> Array:
     if dt.itemsize < 8: x, y = _cast(x, dtypes.float64), _cast(y, dtypes.float64)
     magnitude = lax.exp2(y * lax.log2(_abs(x)))
     y_int = lax.trunc(y) == y
-    y_odd = y_int & (lax.rem(y, _full(y, 2.0)) != 0)
+    y_odd = _abs(lax.rem(y, _full(y, 2.0))) == 1  # (rem(inf, 2) is NaN: infinite y are even)
     out = where(_signbit(x) & y_odd, lax.neg(magnitude), magnitude)
-    out = where((x < 0) & ~y_int, _full(x, np.nan), out)
+    out = where((x < 0) & ~y_int & ~isinf(x), _full(x, np.nan), out)  # (-inf) ** 0.5 is inf, as in C
     out = where((_abs(x) == 1) & isinf(y), _full(x, 1.0), out)
     out = where((y == 0) | (x == 1), _full(x, 1.0), out)
     return _cast(out, dt)
@@ -497,8 +497,6 @@ def _rint(x: Array) -> Array:
 # Cody-Waite splits (ln2 and pi/2 as a short head, exact in products with small integers, plus tails), per dtype
 _LN2_SPLIT = {dtypes.float32: (0.693359375, -2.12194440e-4), dtypes.float64: (6.93145751953125e-1,
                                                                               1.42860682030941723212e-6)}
-_PIO2_SPLIT = {dtypes.float32: (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8),
-               dtypes.float64: (1.57079625129699707031, 7.54978941586159635336e-8, 5.39030285815811905290e-15)}
 _EXP_LIMIT = {dtypes.float32: 104.0, dtypes.float64: 749.0}  # beyond these exp is 0 or inf; keeps 2**n in range
 
 
@@ -519,7 +517,9 @@ def _round_to_integer(y: Array) -> Array:
     return (y + big) - big
 
 
-def _exp(x: Array) -> Array:
+def _exp(x: Array, shift: int = 0) -> Array:
+    """e^x * 2^shift (a small shift: the scaling is exact, so e^x / 2 is rounded once and overflows only where
+    the result does)."""
     dt = _dt(x)
     head, tail = _LN2_SPLIT[dt]
     limit = _EXP_LIMIT[dt]
@@ -527,7 +527,7 @@ def _exp(x: Array) -> Array:
     n = _round_to_integer(xc * _LOG2E)
     r = (xc - n * head) - n * tail
     half = lax.trunc(n * 0.5)
-    return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half, dt)
+    return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half + shift if shift else n - half, dt)
 
 
 def _exp_normal(y: Array) -> Array:
@@ -557,25 +557,96 @@ def _log(x: Array) -> Array:
 def _expm1(x: Array) -> Array:
     u = _exp(x)
     um1 = u - 1
-    out = where(u == 1, x, um1 * x / _log(u))
+    out = where(u == 1, x, um1 * (x / _log(u)))  # (x / log u is near 1: um1 * x would overflow first)
     return where(um1 == -1, _full(x, -1.0), where(isinf(u), u, out))
 
 
 def _log1p(x: Array) -> Array:
     u = x + 1
-    out = where(u == 1, x, _log(u) * x / (u - 1))
+    out = where(u == 1, x, _log(u) * (x / (u - 1)))  # (log u * x overflows for huge x)
     return where(u == np.inf, u, out)
 
 
+def _two_over_pi_chunks(count: int, width: int) -> tuple[float, ...]:
+    """2/pi as `count` floats of `width` bits each, the bits after the point in order (their sum is 2/pi to
+    2**-(count * width)); from Machin's pi = 16 atan(1/5) - 4 atan(1/239) in exact integer arithmetic."""
+    bits = count * width + 64  # guard bits below the last chunk
+    one = 1 << bits
+
+    def atan_inv(n: int) -> int:  # atan(1/n) * 2**bits by its series
+        total, power, k = 0, one // n, 0
+        while power:
+            total += (-1) ** k * (power // (2 * k + 1))
+            power, k = power // (n * n), k + 1
+        return total
+    two_over_pi = (2 * one * one) // (16 * atan_inv(5) - 4 * atan_inv(239))
+    mask = (1 << width) - 1
+    return tuple(((two_over_pi >> (bits - width * (i + 1))) & mask) * 2.0 ** (-width * (i + 1)) for i in range(count))
+
+
+# 29-bit pieces: a float32's 24-bit significand times one is exact in float64. 7 reach 2**-203, past the 2**-190
+# that the largest float32 (2**104 times a 24-bit integer) needs for a result exact to ~2**-60 after cancellation.
+_TWO_OVER_PI_29 = _two_over_pi_chunks(7, 29)
+
+
+def _reduce_quadrant(a: Array) -> tuple[Array, Array]:
+    """For a = |x| of a float32 x, held in float64: (q, r) with a = (4j + q) pi/2 + r, q in {0, 1, 2, 3}, |r| <=
+    pi/4, r to ~2**-70 relative over the whole float32 range (Payne-Hanek without a table). a * 2/pi mod 4 is the
+    sum over the 29-bit chunks c of 2/pi of (a * c mod 4): each product is exact, and so is its remainder; adding
+    it to the running fraction (kept in [-1/2, 1/2]) is exact while the chunk's last bit is >= 2**-50, and once it
+    is not, the later chunks are below 2**-26, so a rounding error stays relative to the result."""
+    frac, turns = _full(a, 0.0), _full(a, 0.0)
+    for c in _TWO_OVER_PI_29:
+        p = a * c
+        if 2.0 ** 128 * c >= 4: p = p - 4 * lax.trunc(p * 0.25)  # (a < 2**128: with a tinier chunk p is below 4)
+        frac = frac + p
+        n = _round_to_integer(frac)
+        frac, turns = frac - n, turns + n
+    return turns - 4 * _floor(turns * 0.25), frac * (np.pi / 2)
+
+
+_SIN_TAYLOR = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(7, 0, -1))  # r^3 .. r^15 terms / r
+_COS_TAYLOR = tuple((-1) ** k / math.factorial(2 * k) for k in range(8, 0, -1))      # r^2 .. r^16 terms
+
+
+def _quadrant_sin_cos(x: Array) -> tuple[Array, Array, Array]:
+    """For float32 x: the quadrant q of |x| and float64 sin(r), cos(r) of its reduced argument (Taylor series on
+    |r| <= pi/4: truncation below 1e-16, so rounding to float32 is right but for exact ties; plain multiply-adds
+    that vectorize)."""
+    q, r = _reduce_quadrant(_cast(_abs(x), dtypes.float64))
+    z = r * r
+    return q, r + r * z * _horner(z, _SIN_TAYLOR, fused=True), 1 + z * _horner(z, _COS_TAYLOR, fused=True)
+
+
+def _cos_from_sines(x: Array) -> tuple[Array, Array]:
+    """float64 (sin x, cos x) from two calls of the SIN primitive, whose argument reduction is right over the whole
+    range: cos x = sin 2x / (2 sin x) where |sin x| > 1/2, else +-sqrt(1 - sin^2 x) (>= sqrt(3)/2: no
+    cancellation) with the sign of sin 2x / sin x. Past 2**1023, where 2x overflows, 1 - 2 sin^2(x/2) stands in
+    (absolute error ~1e-16, so relatively worse only where cos x is near 0)."""
+    huge = _abs(x) >= 2.0 ** 1023
+    s, s_other = lax.sin(x), lax.sin(x * where(huge, _full(x, 0.5), _full(x, 2.0)))
+    magnitude = lax.sqrt(1 - s * s)
+    near_one = where(_signbit(s) != _signbit(s_other), lax.neg(magnitude), magnitude)
+    cos = where(_abs(s) > 0.5, s_other / (2 * s), near_one)
+    return s, where(huge, 1 - 2 * (s_other * s_other), cos)
+
+
 def _cos(x: Array) -> Array:
-    """cos via reduction by pi/2 (k, r with |r| <= pi/4) and sin of the reduced argument, by quadrant."""
-    p1, p2, p3 = _PIO2_SPLIT[_dt(x)]
-    k = _floor(x * (2 / np.pi) + 0.5)
-    r = ((x - k * p1) - k * p2) - k * p3
-    s, half_s = lax.sin(r), lax.sin(r * 0.5)
-    c = 1 - 2 * half_s * half_s
-    q = k - 4 * _floor(k * 0.25)
-    return where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s)))
+    """cos x by quadrant: +-cos r or +-sin r of the exactly reduced argument (float64 inputs: from sines)."""
+    if _dt(x) is dtypes.float64: return _cos_from_sines(x)[1]
+    q, s, c = _quadrant_sin_cos(x)
+    return _cast(where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s))), _dt(x))
+
+
+def _tan(x: Array) -> Array:
+    """tan |x| = sin r / cos r (even quadrants) or -cos r / sin r (odd), with x's sign (float64: sin x / cos x)."""
+    if _dt(x) is dtypes.float64:
+        s, c = _cos_from_sines(x)
+        return s / c
+    q, s, c = _quadrant_sin_cos(x)
+    odd = (q == 1) | (q == 3)
+    t = _cast(where(odd, lax.neg(c), s) / where(odd, s, c), _dt(x))
+    return where(_signbit(x), lax.neg(t), t)
 
 
 _TANH_F32 = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes
@@ -607,26 +678,26 @@ def _tanh(x: Array) -> Array:
     return _with_sign_of(where(a < 0.625, small, large), x)
 
 
-_HYPERBOLIC_CUTOFF = {dtypes.float32: 9.0, dtypes.float64: 19.0}  # above: exp(-|x|) is below half an ulp
-
-
-def _large_hyperbolic(a: Array) -> Array:
-    h = _exp(a * 0.5)
-    return (h * 0.5) * h  # exp(a) / 2 without overflowing where the result still fits
+# sinh's Taylor coefficients 1/3!, 1/5!, ... (highest power first), to below half an ulp at |x| = 1
+_SINH_TAYLOR = {dtypes.float32: tuple(1 / math.factorial(k) for k in range(13, 2, -2)),
+                dtypes.float64: tuple(1 / math.factorial(k) for k in range(23, 2, -2))}
 
 
 def _sinh(x: Array) -> Array:
+    """sinh |x| by its odd series below 1, else e^a / 2 - e^-a / 2 (no cancellation past 1; e^a / 2 rounded once
+    and finite wherever sinh is); x's sign put back."""
     a = _abs(x)
-    t = _expm1(a)
-    small = 0.5 * (t + t / (t + 1))
-    r = where(a > _HYPERBOLIC_CUTOFF[_dt(x)], _large_hyperbolic(a), small)
+    z = a * a
+    small = a + a * z * _horner(z, _SINH_TAYLOR[_dt(x)], fused=True)
+    half_exp = _exp(a, shift=-1)
+    r = where(a < 1, small, half_exp - 0.25 / half_exp)
     return where(x < 0, lax.neg(r), r)
 
 
 def _cosh(x: Array) -> Array:
-    a = _abs(x)
-    u = _exp(a)
-    return where(a > _HYPERBOLIC_CUTOFF[_dt(x)], _large_hyperbolic(a), 0.5 * (u + 1 / u))
+    """e^|x| / 2 + e^-|x| / 2, with e^|x| / 2 rounded once and finite wherever cosh is."""
+    half_exp = _exp(_abs(x), shift=-1)
+    return half_exp + 0.25 / half_exp
 
 
 _ATAN_F32 = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)  # Cephes atanf
@@ -661,6 +732,15 @@ def _atan(x: Array) -> Array:
                                                                      _full(x, 0.0)))
     r = base + p
     return where(x < 0, lax.neg(r), r)
+
+
+def _in_float64(compute):
+    """Run `compute` on float32 arguments in float64 and round once: arcsin and arccos are 2 arctan of a
+    computed quotient, whose float32 roundings compound to 4 ulp."""
+    def run(*arrs: Array) -> Array:
+        if _dt(arrs[0]) is not dtypes.float32: return compute(*arrs)
+        return _cast(compute(*(_cast(a, dtypes.float64) for a in arrs)), dtypes.float32)
+    return run
 
 
 def _asin(x: Array) -> Array:
@@ -736,16 +816,16 @@ reciprocal = _ufunc("reciprocal", lambda x: lax.recip(x) if _dt(x).is_float else
                     doc="1 / x elementwise (integer division for integers).")
 sin = _ufunc("sin", lax.sin, to_float=True, doc="Sine elementwise.")
 cos = _float_ufunc("cos", _cos, "Cosine elementwise.", lambda x, y: (lax.neg(lax.sin(x)),))
-tan = _float_ufunc("tan", lambda x: lax.sin(x) / _cos(x), "Tangent elementwise.", lambda x, y: (1 + y * y,))
+tan = _float_ufunc("tan", _tan, "Tangent elementwise.", lambda x, y: (1 + y * y,))
 tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).",
                     lambda x, y: (1 - y * y,))
 sinh = _float_ufunc("sinh", _odd(_sinh), "Hyperbolic sine elementwise.", lambda x, y: (cosh(x),))
 cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.", lambda x, y: (sinh(x),))
 arctan = _float_ufunc("arctan", _odd(_atan), "Inverse tangent elementwise, in [-pi/2, pi/2].",
                       lambda x, y: (1 / (1 + x * x),))
-arcsin = _float_ufunc("arcsin", _odd(_asin), "Inverse sine elementwise (NaN outside [-1, 1]).",
+arcsin = _float_ufunc("arcsin", _in_float64(_odd(_asin)), "Inverse sine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.recip(lax.sqrt((1 - x) * (1 + x))),))
-arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).",
+arccos = _float_ufunc("arccos", _in_float64(_acos), "Inverse cosine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.neg(lax.recip(lax.sqrt((1 - x) * (1 + x)))),))
 arctan2 = _float_ufunc("arctan2", _atan2, "The angle of the point (x2, x1) elementwise, in [-pi, pi], with "
                                           "numpy's signed-zero and infinity cases.",

@@ -6,6 +6,7 @@ Inputs mix random values with extremes (+-100, +-inf, +-0, tiny); softmax-family
 rows. Tolerances (rtol, atol): float32 (5e-6, 1e-6) and float64 (1e-12, 1e-13) for elementwise functions; the
 reductions (softmax, log_softmax, logsumexp, standardize) allow a few more float32 ulps.
 """
+import decimal
 import math
 
 import numpy as np
@@ -101,11 +102,14 @@ def test_elementwise(device, name, dtype):
 
 def test_gelu_erf_tail_is_relatively_accurate():
     """Far in the negative tail gelu(x) = x * erfc(|x|/sqrt 2) / 2 is tiny; it must still be accurate relatively.
-    (The reference rounds x/sqrt(2) to the dtype first, as gelu must: erfc amplifies that rounding by 2 z^2.)"""
+    erfc amplifies an error in its argument z by 2 z^2, so the reference is erfc at the exact |x|/sqrt 2: z in
+    float64 for float32; for float64, erfc at z rounded plus the first-order term for the rounding (in Decimal)."""
     for dtype, tol in ((F32, 3e-6), (F64, 2e-14)):
         x = -np.linspace(0, 13 if dtype is F32 else 37, 400).astype(dtype)
-        z = (-x * dtype(1 / np.sqrt(2))).astype(F64)
-        want = x.astype(F64) * _erfc(z) / 2
+        z = -x.astype(F64) / math.sqrt(2)
+        rounding = [float(decimal.Decimal(float(-v)) / decimal.Decimal(2).sqrt() - decimal.Decimal(float(w)))
+                    for v, w in zip(x, z)]
+        want = x.astype(F64) * (_erfc(z) - 2 / math.sqrt(math.pi) * np.exp(-z * z) * np.array(rounding)) / 2
         got = np.asarray(nn.gelu(jnp.asarray(x), approximate=False)).astype(F64)
         normal = np.abs(want) > np.finfo(dtype).tiny
         np.testing.assert_allclose(got[normal], want[normal], rtol=tol)

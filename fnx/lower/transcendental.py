@@ -3,11 +3,13 @@ polynomial of plain ALU ops, so the loop vectorizer can widen them (a libm call 
 
 exp2(x) = 2^n * 2^f with n = round(x), f in [-1/2, 1/2], 2^f = e^(f ln 2) by its Taylor series; 2^n is applied
 as two exponent-field multiplies so results that underflow to subnormals or overflow to inf come out right.
-log2(x) = e + log2(m) with m in [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh((m-1)/(m+1)) by its odd series.
-Series lengths give about 1 ulp on [-1/2, 1/2] in each precision; the op tests check against numpy.
+log2(x) = e + log2(m) with m in [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh((m-1)/(m+1)) by its odd series, the
+leading part carried in two pieces through the division by ln 2 (as fdlibm's log2). Series lengths give about
+1 ulp in each precision; tests/test_transcendental_ulp.py checks that over the whole range.
 """
 from __future__ import annotations
 
+import decimal
 import math
 
 from fnx import dtypes
@@ -19,6 +21,21 @@ from fnx.uop import Ops, UOp
 # normal exponent), exp2 series terms, log2 series terms)
 _LAYOUT = {dtypes.float32: (dtypes.int32, 23, 127, 200.0, 8, 6),
            dtypes.float64: (dtypes.int64, 52, 1023, 2000.0, 14, 12)}
+
+
+def _inv_ln2_split(significant_bits: int) -> tuple[float, float]:
+    """1/ln 2 as hi (`significant_bits` bits) + lo (the rest, rounded to float64), from 40-digit decimals."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        exact = 1 / decimal.Decimal(2).ln()
+        hi = math.floor(float(exact) * 2.0 ** (significant_bits - 1)) / 2.0 ** (significant_bits - 1)
+        return hi, float(exact - decimal.Decimal(hi))
+
+
+# per dtype: the mask that keeps log's large part to 12 (float32) or 21 (float64) significant bits, and 1/ln 2 as
+# hi + lo with hi short enough that its product with that part is exact
+_INV_LN2_SPLIT = {dtypes.float32: (-(1 << 12), *_inv_ln2_split(12)),
+                  dtypes.float64: (-(1 << 32), *_inv_ln2_split(32))}
 
 
 def _c(d: DType, v) -> UOp:
@@ -70,12 +87,22 @@ def log2(x: UOp) -> UOp | None:
     big = _c(d, math.sqrt(2.0)) < m
     m = big.alu(Ops.WHERE, m * 0.5, m)
     exponent = big.alu(Ops.WHERE, exponent + 1.0, exponent)
-    s = (m + -1.0) * UOp(Ops.RECIP, d, (m + 1.0,))
-    s2 = s * s
-    poly = _c(d, 1.0 / (2 * terms - 1))
-    for k in range(terms - 2, -1, -1):
-        poly = _muladd(poly, s2, 1.0 / (2 * k + 1))
-    result = exponent + s * poly * (2.0 / math.log(2))
+    # ln(m) = f - hfsq + s (hfsq + R) with f = m - 1 (exact), hfsq = f^2/2, s = f / (2 + f), R = 2 atanh(s)/s - 2:
+    # the large part f - hfsq is split into hi (its low bits cleared) + lo, so that hi / ln 2 is exact (fdlibm)
+    f = m + -1.0
+    s = UOp(Ops.DIV, d, (f, f + 2.0))
+    z = s * s
+    series = _c(d, 2.0 / (2 * terms - 1))
+    for k in range(terms - 2, 0, -1):
+        series = _muladd(series, z, 2.0 / (2 * k + 1))
+    hfsq = f * f * 0.5
+    keep_hi, inv_ln2_hi, inv_ln2_lo = _INV_LN2_SPLIT[d]
+    hi = UOp(Ops.BITCAST, d, (UOp(Ops.BITCAST, int_t, (f + hfsq * -1.0,)).alu(Ops.AND, _c(int_t, keep_hi)),))
+    lo = (f + hi * -1.0) + hfsq * -1.0 + s * (hfsq + z * series)
+    val_hi = hi * inv_ln2_hi
+    val_lo = (lo + hi) * inv_ln2_lo + lo * inv_ln2_hi
+    total = exponent + val_hi
+    result = (val_lo + ((exponent + total * -1.0) + val_hi)) + total
     # special values: log2(0) = -inf, log2(x<0) = nan, log2(inf) = inf, nan stays nan
     result = (x.alu(Ops.CMPNE, 0.0)).alu(Ops.WHERE, result, _c(d, -math.inf))
     result = (x < 0.0).alu(Ops.WHERE, _c(d, math.nan), result)
