@@ -669,17 +669,21 @@ def pmean(x, axis_name: Any):
 
 
 @eager_op
-def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Array:
-    """Every example's x, stacked along a new axis `axis` (or concatenated along it with tiled=True)."""
-    a = to_array(x)
+def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Any:
+    """Every example's x (an array or a pytree of them), stacked along a new axis `axis` (or concatenated along it
+    with tiled=True)."""
+    from fnx import tree_util
     if len(_axis_names(axis_name)) != 1:  # jax.vmap does not batch it either
         raise UnsupportedError(at_user_line(f"all_gather over several axis names {axis_name!r}: gather over one "
                                             "name at a time"))
-    axis = _axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
-    out = _collective("all_gather", a, axis_name, axis)
-    if not tiled: return out
-    shape = a.shape[:axis] + (out.shape[axis] * a.shape[axis],) + a.shape[axis + 1:]
-    return reshape(out, shape)
+
+    def gather(leaf):
+        a = to_array(leaf)
+        where = _axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
+        out = _collective("all_gather", a, axis_name, where)
+        if not tiled: return out
+        return reshape(out, a.shape[:where] + (out.shape[where] * a.shape[where],) + a.shape[where + 1:])
+    return tree_util.tree_map(gather, x)
 
 
 @eager_op

@@ -491,3 +491,14 @@ def test_traced_shapes_raise_concretization_error():
     with pytest.raises(fnx.errors.ConcretizationError):
         fnx.jit(lambda n: jnp.zeros(n))(jnp.array(3))
     assert fnx.jit(lambda x, n: jnp.zeros(n) + x, static_argnums=1)(1.0, 3).tolist() == [1.0] * 3
+
+
+def test_all_gather_takes_pytrees():
+    x = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    def f(lx):
+        return lambda v: (lx.all_gather({"a": v, "b": (v * 2,)}, "i", axis=1), lx.all_gather([v], "i", tiled=True))
+    expected = jax.vmap(f(jax.lax), axis_name="i")(x)
+    got = fnx.vmap(f(lax), axis_name="i")(jnp.asarray(x))
+    for a, b in zip(fnx.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
