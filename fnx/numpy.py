@@ -734,22 +734,38 @@ def _atan(x: Array) -> Array:
     return where(x < 0, lax.neg(r), r)
 
 
-def _in_float64(compute):
-    """Run `compute` on float32 arguments in float64 and round once: arcsin and arccos are 2 arctan of a
-    computed quotient, whose float32 roundings compound to 4 ulp."""
-    def run(*arrs: Array) -> Array:
-        if _dt(arrs[0]) is not dtypes.float32: return compute(*arrs)
-        return _cast(compute(*(_cast(a, dtypes.float64) for a in arrs)), dtypes.float32)
-    return run
+_ASIN_F32 = (4.2163199048e-2, 2.4181311049e-2, 4.5470025998e-2, 7.4953002686e-2, 1.6666752422e-1)  # Cephes asinf
+# pi/2 and pi as float32 head + tail: subtracting from the head and adding the tail keeps the result's last bit
+_PIO2_F32 = (float(np.float32(np.pi / 2)), np.pi / 2 - float(np.float32(np.pi / 2)))
+_PI_F32 = (float(np.float32(np.pi)), np.pi - float(np.float32(np.pi)))
+
+
+def _asin_parts(a: Array) -> tuple[Array, Array]:
+    """For float32 a = |x| <= 1: (p, big) with asin(a) = p, or pi/2 - 2p where `big` (a > 1/2: p = asin of
+    sqrt((1 - a) / 2), 1 - a exact), p from Cephes' polynomial on [0, 1/2]."""
+    big = a > 0.5
+    z = where(big, 0.5 * (1 - a), a * a)
+    s = where(big, lax.sqrt(z), a)
+    return s + s * z * _horner(z, _ASIN_F32, fused=True), big
 
 
 def _asin(x: Array) -> Array:
-    return 2 * _atan(x / (1 + lax.sqrt((1 - x) * (1 + x))))
+    """float32: Cephes' asinf; float64: 2 atan(x / (1 + sqrt(1 - x^2)))."""
+    if _dt(x) is not dtypes.float32: return 2 * _atan(x / (1 + lax.sqrt((1 - x) * (1 + x))))
+    p, big = _asin_parts(_abs(x))
+    r = where(big, (_PIO2_F32[0] - 2 * p) + _PIO2_F32[1], p)
+    return where(x < 0, lax.neg(r), r)
 
 
 def _acos(x: Array) -> Array:
-    out = 2 * _atan(lax.sqrt((1 - x) * (1 + x)) / (1 + x))
-    return where(x == -1, _full(x, np.pi), out)
+    """float32: pi/2 - asin x for |x| <= 1/2, else 2p or pi - 2p from asin's parts; float64: 2 atan(sqrt(1 - x^2)
+    / (1 + x))."""
+    if _dt(x) is not dtypes.float32:
+        out = 2 * _atan(lax.sqrt((1 - x) * (1 + x)) / (1 + x))
+        return where(x == -1, _full(x, np.pi), out)
+    p, big = _asin_parts(_abs(x))
+    middle = (_PIO2_F32[0] - where(x < 0, lax.neg(p), p)) + _PIO2_F32[1]
+    return where(big, where(x < 0, (_PI_F32[0] - 2 * p) + _PI_F32[1], 2 * p), middle)
 
 
 def _atan2(y: Array, x: Array) -> Array:
@@ -823,9 +839,9 @@ sinh = _float_ufunc("sinh", _odd(_sinh), "Hyperbolic sine elementwise.", lambda 
 cosh = _float_ufunc("cosh", _cosh, "Hyperbolic cosine elementwise.", lambda x, y: (sinh(x),))
 arctan = _float_ufunc("arctan", _odd(_atan), "Inverse tangent elementwise, in [-pi/2, pi/2].",
                       lambda x, y: (1 / (1 + x * x),))
-arcsin = _float_ufunc("arcsin", _in_float64(_odd(_asin)), "Inverse sine elementwise (NaN outside [-1, 1]).",
+arcsin = _float_ufunc("arcsin", _odd(_asin), "Inverse sine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.recip(lax.sqrt((1 - x) * (1 + x))),))
-arccos = _float_ufunc("arccos", _in_float64(_acos), "Inverse cosine elementwise (NaN outside [-1, 1]).",
+arccos = _float_ufunc("arccos", _acos, "Inverse cosine elementwise (NaN outside [-1, 1]).",
                       lambda x, y: (lax.neg(lax.recip(lax.sqrt((1 - x) * (1 + x)))),))
 arctan2 = _float_ufunc("arctan2", _atan2, "The angle of the point (x2, x1) elementwise, in [-pi, pi], with "
                                           "numpy's signed-zero and infinity cases.",
