@@ -37,9 +37,18 @@ def _as_float(x: Any) -> Array:
 
 _SQRT_PI = math.sqrt(math.pi)
 # Computed in float64, to the precision of the input's width: |x| below which erf's Taylor series is used (and its
-# number of terms), continued-fraction depth above it, the |x| past which erfc underflows to 0 (a cap that keeps
-# x*x finite), and the grid that splits x so that x_hi**2 is exact.
-_ERFC_SPLIT = {4: (1.0, 15, 30, 12.0, 64.0), 8: (1.5, 26, 40, 30.0, 4096.0)}
+# number of terms), the |x| from which the continued fraction is (and its depth; between the two, erfcx's series at
+# 1 and its number of terms), the |x| past which erfc underflows to 0 (a cap that keeps x*x finite), and the grid
+# that splits x so that x_hi**2 is exact.
+_ERFC_SPLIT = {4: (1.0, 15, 1.0, 30, 0, 12.0, 64.0), 8: (0.5, 12, 1.5, 50, 24, 30.0, 4096.0)}
+
+
+def _erfcx_taylor_at_1(terms: int) -> list[float]:
+    """Taylor coefficients at 1 of erfcx(y) = e^(y^2) erfc(y), highest power first: erfcx' = 2y erfcx - 2/sqrt(pi)
+    gives a_(n+1) = 2 (a_n + a_(n-1)) / (n + 1) (float64 suffices: the terms it loses precision on are tiny)."""
+    a = [math.erfc(1.0) * math.e, 2 * math.erfc(1.0) * math.e - 2 / _SQRT_PI]
+    for n in range(1, terms - 1): a.append(2 * (a[n] + a[n - 1]) / (n + 1))
+    return a[:terms][::-1]
 
 
 def _erf_taylor(terms: int) -> list[float]:
@@ -64,12 +73,13 @@ def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
     scale * scale must be a power of two (gelu's -1/sqrt(2)): erfc(y) carries e^(-y^2), whose relative error is
     2 y^2 times that of y, so e^(-scale^2 x^2) is computed from x itself, never from the rounded y.
 
-    |y| < cut: 1 - erf(y) from erf's Taylor series. Beyond: erfc(|y|) = exp(-y^2) / sqrt(pi) * y / (y^2 + 1/2 -
-    1*2/4 / (y^2 + 5/2 - 3*4/4 / (y^2 + 9/2 - ...))), the even part of Laplace's continued fraction, evaluated from
-    a fixed depth; negative y use erfc(y) = 2 - erfc(-y). Narrower floats compute in float64 too: 1 - erf(y)
-    cancels (five-fold at y = 1), which float64 absorbs. NaN stays NaN.
+    |y| < cut: 1 - erf(y) from erf's Taylor series. From cf_from: erfc(|y|) = exp(-y^2) / sqrt(pi) * y / (y^2 + 1/2
+    - 1*2/4 / (y^2 + 5/2 - 3*4/4 / (y^2 + 9/2 - ...))), the even part of Laplace's continued fraction, evaluated
+    from a fixed depth. Between (float64 inputs): exp(-y^2) times erfcx's Taylor series at 1, where 1 - erf(y)
+    would cancel up to 20-fold. Negative y use erfc(y) = 2 - erfc(-y). Narrower floats compute in float64 too: up
+    to their cut 1 - erf(y) cancels five-fold, which float64 absorbs. NaN stays NaN.
     """
-    cut, terms, depth, cap, grid = _ERFC_SPLIT[8 if x.dtype.itemsize >= 8 else 4]
+    cut, terms, cf_from, depth, mid_terms, cap, grid = _ERFC_SPLIT[8 if x.dtype.itemsize >= 8 else 4]
     x = x.astype(jnp.float64)
     y = x * scale
     z = y * y
@@ -77,7 +87,7 @@ def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
     acc = jnp.full_like(y, coeffs[0])
     for c in coeffs[1:]: acc = acc * z + c
     near_zero = 1 - y * acc
-    a = jnp.clip(jnp.abs(y), cut, cap)
+    a = jnp.clip(jnp.abs(y), cf_from, cap)
     a2 = a * a
     # the fraction t = a2 + 1/2 - 1*2/4 / (a2 + 5/2 - ...) as p / q, bottom up: multiplies and one division
     p, q = a2 + (0.5 + 2 * depth), jnp.ones_like(a2)
@@ -85,7 +95,13 @@ def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
         p, q = (a2 + (0.5 + 2 * (k - 1))) * p - ((2 * k - 1) * k / 2) * q, p
     unscaled = jnp.clip(jnp.abs(x), cut / abs(scale), cap / abs(scale))
     square_scale = 2.0 ** round(math.log2(scale * scale))  # exact: (1/sqrt 2)**2 is 0.5000000000000001 in floats
-    tail = _exp_minus_square(unscaled, grid, square_scale) * (a * q / p) / _SQRT_PI
+    exp_factor = _exp_minus_square(unscaled, grid, square_scale)
+    tail = exp_factor * (a * q / p) / _SQRT_PI
+    if mid_terms:
+        h = jnp.abs(y) - 1
+        series = jnp.full_like(h, 0.0)
+        for c in _erfcx_taylor_at_1(mid_terms): series = series * h + c
+        tail = jnp.where(jnp.abs(y) < cf_from, exp_factor * series, tail)
     tail = jnp.where(jnp.abs(y) >= cap, 0.0, tail)  # (so that gelu(-inf) is -inf * 0 = NaN, as in JAX)
     far = jnp.where(y < 0, 2 - tail, tail)
     return jnp.where(jnp.abs(y) < cut, near_zero, jnp.where(jnp.isnan(y), y, far))
