@@ -7,14 +7,15 @@ between the float32 bit patterns ordered as integers (1 = neighbouring floats, -
 for subnormal, normal and overflowing results: every function stays within 4 ulp. NaN must meet NaN, and an
 infinite result the same infinity (the largest finite float next to a rounded-up overflow counts as 1 ulp).
 
-float64 inputs are checked on a sparser sweep against numpy float64 (no higher-precision oracle here: the bound
-also absorbs numpy's own error: 8 ulp), with the exceptions in F64_EXCEPTIONS; float16 inputs exhaustively, within 1
-float16 ulp of the float64 result, for the functions that compute in float32 and round once (the fnx.nn
-compositions round after every float16 op, as in JAX).
+float64 inputs are checked on a sparser sweep against numpy float64 (no higher-precision oracle here: the bound,
+8 ulp, also absorbs numpy's own error), with the exceptions in F64_EXCEPTIONS. float16 and bfloat16 inputs are
+checked exhaustively, within 1 ulp of the float64 result, for the functions that compute in float32 and round
+once (the fnx.nn compositions round after every 16-bit op, as in JAX).
 """
 import decimal
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -22,9 +23,9 @@ import fnx
 import fnx.nn as nn
 import fnx.numpy as jnp
 
-F16, F32, F64 = np.float16, np.float32, np.float64
-BITS = {F16: np.int16, F32: np.int32, F64: np.int64}
-MAX_ULP = {F32: 4, F64: 8, F16: 1}  # float64: looser, numpy is the oracle there (see the docstring)
+F16, F32, F64, BF16 = np.float16, np.float32, np.float64, ml_dtypes.bfloat16
+BITS = {F16: np.int16, BF16: np.int16, F32: np.int32, F64: np.int64}
+MAX_ULP = {F32: 4, F64: 8, F16: 1, BF16: 1}  # float64: looser, numpy is the oracle there (see the docstring)
 
 
 def magnitude_and_sign(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,11 +187,12 @@ def test_unary_float64(name):
     check(name, np.asarray(fn(jnp.asarray(x))), reference(ref, F64, x), max_ulp, x)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", [n for n in UNARY if n not in F16_SKIP])
-def test_unary_float16_exhaustive(name):
+def test_unary_16_bit_exhaustive(name, dtype):
     fn, ref, _ = UNARY[name]
-    x = np.arange(-(1 << 15), 1 << 15).astype(np.int16).view(F16)
-    check(name, np.asarray(fn(jnp.asarray(x))), reference(ref, F16, x), MAX_ULP[F16], x)
+    x = np.arange(-(1 << 15), 1 << 15).astype(np.int16).view(dtype)
+    check(name, np.asarray(fn(jnp.asarray(x))), reference(ref, dtype, x), MAX_ULP[dtype], x)
 
 
 def test_known_large_arguments():
