@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+from fractions import Fraction
 from typing import Any, Sequence
 
 import ml_dtypes
@@ -417,11 +418,73 @@ def _int_power(x: Array, y: Array) -> Array:
     return where(y < 0, negative, acc)
 
 
+def _two_product(a: Array, b: Array) -> tuple[Array, Array]:
+    """(p, e) with p = a * b rounded and a * b = p + e exactly: Dekker's 26-bit halves, no fused multiply-add
+    needed (float64, |a| and |b| below 2**996)."""
+    def halves(v: Array) -> tuple[Array, Array]:
+        t = v * 134217729.0  # 2**27 + 1
+        hi = t - (t - v)
+        return hi, v - hi
+    (a_hi, a_lo), (b_hi, b_lo), p = halves(a), halves(b), a * b
+    return p, ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+
+_INV_LN2_HI, _INV_LN2_LO = 1.4426950408889634, 2.0355273740931033e-17  # 1/ln 2 = hi + lo
+_ATANH_SERIES = tuple(2 / (2 * k + 1) for k in range(13, 1, -1))  # 2 atanh(s) = 2s + 2/3 s^3 + s^5 (2/5 + ...)
+_TWO_THIRDS_HI, _TWO_THIRDS_LO = 2 / 3, float(Fraction(2, 3) - Fraction(2 / 3))  # 2/3 = hi + lo
+
+
+def _log2_hi_lo(a: Array) -> tuple[Array, Array]:
+    """log2 a for float64 a >= 0 as hi + lo, to ~2**-60 relative: a = 2^e m with m in [sqrt(1/2), sqrt(2)),
+    ln m = 2 atanh(s) with s = (m - 1) / (m + 1) carried as two floats, times 1/ln 2 carried as two floats."""
+    tiny = a < 2.0 ** -1022
+    scaled = where(tiny, a * 2.0 ** 54, a)
+    bits = _float_bits(scaled)[0]
+    e = _cast(lax.bitwise_and(lax.shift_right(bits, 52), 0x7FF) - 1023, dtypes.float64)
+    m = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, (1 << 52) - 1), 1023 << 52), dtypes.float64)
+    big = m > math.sqrt(2.0)
+    m = where(big, m * 0.5, m)
+    e = e + where(big, _full(e, 1.0), _full(e, 0.0)) - where(tiny, _full(e, 54.0), _full(e, 0.0))
+    f = m - 1
+    u_hi = f + 2
+    u_lo = f - (u_hi - 2)
+    s_hi = f / u_hi
+    p_hi, p_lo = _two_product(s_hi, u_hi)
+    s_lo = (((f - p_hi) - p_lo) - s_hi * u_lo) / u_hi
+    z_hi, z_lo = _two_product(s_hi, s_hi)
+    cube_hi, cube_lo = _two_product(s_hi, z_hi)
+    third_hi, third_lo = _two_product(cube_hi, _full(cube_hi, _TWO_THIRDS_HI))  # 2/3 s^3 in two floats: it is up
+    third_lo = third_lo + (cube_hi * _TWO_THIRDS_LO + (cube_lo + s_hi * z_lo) * _TWO_THIRDS_HI)  # to 1% of ln m
+    ln_hi, ln_lo = _fast_two_sum(2 * s_hi, third_hi)
+    ln_lo = ln_lo + (third_lo + 2 * s_lo * (1 + z_hi) + cube_hi * z_hi * _horner(z_hi, _ATANH_SERIES))
+    q_hi, q_lo = _two_product(ln_hi, _full(ln_hi, _INV_LN2_HI))
+    q_lo = q_lo + (ln_lo * _INV_LN2_HI + ln_hi * _INV_LN2_LO)
+    hi = e + q_hi
+    hi, lo = _fast_two_sum(hi, (q_hi - (hi - e)) + q_lo)  # (|e| >= 1 > |q_hi|, or e = 0: exact error term)
+    special = (a == 0) | isinf(a) | isnan(a)
+    return where(special, lax.log2(a), hi), where(special, _full(a, 0.0), lo)
+
+
+def _fast_two_sum(a: Array, b: Array) -> tuple[Array, Array]:
+    """(s, e) with s = a + b rounded and a + b = s + e exactly, for |a| >= |b|."""
+    s = a + b
+    return s, b - (s - a)
+
+
 def _float_power(x: Array, y: Array) -> Array:
-    """x ** y = 2 ** (y * log2|x|) with numpy's special cases (computed in float64 for float32 accuracy)."""
+    """x ** y = 2 ** (y * log2|x|) with numpy's special cases: float32 computes it in float64; float64 carries
+    log2|x| and its product with y in two floats each (else results near 2**1000 lose 10 bits)."""
     dt = _dt(x)
     if dt.itemsize < 8: x, y = _cast(x, dtypes.float64), _cast(y, dtypes.float64)
-    magnitude = lax.exp2(y * lax.log2(_abs(x)))
+    if dt.itemsize < 8: magnitude = lax.exp2(y * lax.log2(_abs(x)))
+    else:
+        log_hi, log_lo = _log2_hi_lo(_abs(x))
+        p_hi, p_lo = _two_product(y, log_hi)
+        p_lo = p_lo + y * log_lo
+        finite = (_abs(p_hi) < 2048) & isfinite(p_lo)  # (else the result is 0, inf or NaN without a correction)
+        p_hi, p_lo = _fast_two_sum(p_hi, where(finite, p_lo, _full(p_lo, 0.0)))
+        correction = where(finite, p_lo * _LN2, _full(p_lo, 0.0))  # 2^p_lo - 1, p_lo below half an ulp of p_hi
+        magnitude = lax.exp2(p_hi) * (1 + correction)
     y_int = lax.trunc(y) == y
     y_odd = _abs(lax.rem(y, _full(y, 2.0))) == 1  # (rem(inf, 2) is NaN: infinite y are even)
     out = where(_signbit(x) & y_odd, lax.neg(magnitude), magnitude)

@@ -219,15 +219,21 @@ def test_arctan2_float32():
           MAX_ULP[F32], y, x)
 
 
-def test_power_float32():
-    x, _ = pairs(F32, 300)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
+def test_power(dtype):
+    """Every base of a sweep against round, huge and random exponents, and bases near 1 to exponents near +-1500,
+    where y log2|x| is largest for a finite result (float64 carries it in two floats)."""
+    x, _ = pairs(dtype, 300)
     x = np.unique(x)
-    exponents = np.concatenate([specials(F32), np.arange(-6, 7), [0.5, -0.5, 1.5, 1 / 3, 1e10, -1e10, 2.0 ** 24 + 2],
-                                np.random.default_rng(0).uniform(-40, 40, 100)]).astype(F32)
-    xs, ys = np.meshgrid(x, exponents, indexing="ij")
-    xs, ys = xs.ravel(), ys.ravel()
-    check("power", np.asarray(jnp.power(jnp.asarray(xs), jnp.asarray(ys))), reference(np.power, F32, xs, ys),
-          MAX_ULP[F32], xs, ys)
+    rng = np.random.default_rng(0)
+    exponents = np.concatenate([specials(dtype), np.arange(-6, 7), [0.5, -0.5, 1.5, 1 / 3, 1e10, -1e10],
+                                [np.finfo(dtype).max, 2.0 ** 24 + 2, 2.0 ** 53 + 2], rng.uniform(-40, 40, 100)])
+    exponents = exponents.astype(dtype)
+    xs, ys = (v.ravel() for v in np.meshgrid(x, exponents, indexing="ij"))
+    xs = np.concatenate([xs, rng.uniform(0.5, 2, 100_000).astype(dtype)])
+    ys = np.concatenate([ys, rng.uniform(-1500, 1500, 100_000).astype(dtype)])
+    check("power", np.asarray(jnp.power(jnp.asarray(xs), jnp.asarray(ys))), reference(np.power, dtype, xs, ys),
+          MAX_ULP[dtype], xs, ys)
 
 
 def test_special_inputs_exactly(device):
