@@ -106,19 +106,22 @@ def _broadcast(a: Array, shape: tuple[int, ...], name: str = "broadcast_to") -> 
     return _weak(lax.broadcast_in_dim(a, shape, tuple(range(len(shape) - a.ndim, len(shape)))), a.weak_type)
 
 
-def _prep(name: str, *xs: Any, to_float: bool = False) -> tuple[list[Array], bool]:
-    """Convert, promote to one dtype and broadcast to one shape; returns the arrays and the result's weak flag."""
+def _prep(name: str, *xs: Any, to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:
+    """Convert, promote to one dtype and broadcast to one shape; returns the arrays and the result's weak flag.
+    `numeric`: bools compute as int32 (JAX's numeric promotion: `True // True` is int32 1)."""
     arrs = [_arr(x, name) for x in xs]
     dt, weak = dtypes.result_type(*[(_dt(a), a.weak_type) for a in arrs])
     dt = _inexact(dt) if to_float else dt
+    if numeric and dt.is_bool: dt, weak = dtypes.default_int, False
     shape = broadcast_shapes(*[a.shape for a in arrs], name=name)
     return [_broadcast(_cast(a, dt), shape, name) for a in arrs], weak
 
 
-def _ufunc(name: str, compute, to_float: bool = False, keeps_weak: bool = True, doc: str = ""):
+def _ufunc(name: str, compute, to_float: bool = False, keeps_weak: bool = True, doc: str = "",
+           numeric: bool = False):
     """An elementwise public function: promote + broadcast the arguments, then `compute` on equal shapes/dtypes."""
     def fn(*args):
-        arrs, weak = _prep(name, *args, to_float=to_float)
+        arrs, weak = _prep(name, *args, to_float=to_float, numeric=numeric)
         out = compute(*arrs)
         return _weak(out, weak and keeps_weak and _dt(out) == _dt(arrs[0]))
     fn.__name__ = fn.__qualname__ = name
@@ -499,7 +502,7 @@ def _power_compute(x: Array, y: Array) -> Array:
     return _differentiable_float_power(x, y) if _dt(x).is_float else _int_power(x, y)
 
 
-_power_ufunc = _ufunc("power", _power_compute)
+_power_ufunc = _ufunc("power", _power_compute, numeric=True)
 
 
 @eager_op
@@ -524,15 +527,15 @@ def _subtract(a: Array, b: Array) -> Array:
 subtract = _ufunc("subtract", _subtract)
 multiply = _ufunc("multiply", lax.mul)
 true_divide = divide = _ufunc("divide", lax.div, to_float=True, doc="x1 / x2 as floats (integers -> float32).")
-floor_divide = _ufunc("floor_divide", _floor_divide, doc="x1 // x2 rounded toward -inf, like numpy.")
-mod = remainder = _ufunc("mod", _mod, doc="x1 % x2 with the sign of the divisor, like numpy.")
+floor_divide = _ufunc("floor_divide", _floor_divide, doc="x1 // x2 rounded toward -inf, like numpy.", numeric=True)
+mod = remainder = _ufunc("mod", _mod, doc="x1 % x2 with the sign of the divisor, like numpy.", numeric=True)
 maximum = _ufunc("maximum", _maximum, doc="Elementwise maximum; NaN propagates.")
 minimum = _ufunc("minimum", _minimum, doc="Elementwise minimum; NaN propagates.")
 negative = _ufunc("negative", _negate, doc="-x elementwise (unsigned integers wrap).")
 positive = _ufunc("positive", lambda a: a)
 abs = absolute = _ufunc("abs", _abs, doc="|x| elementwise (identity for unsigned and bool).")  # noqa: A001
 sign = _ufunc("sign", _sign, doc="-1, 0 or 1 by the sign of x (NaN stays NaN).")
-square = _ufunc("square", lambda a: a * a)
+square = _ufunc("square", lambda a: a * a, numeric=True)
 
 
 # ---- transcendental functions (float approximations over the primitive set) ----
@@ -891,8 +894,8 @@ log1p = _float_ufunc("log1p", _log1p, "log(1 + x), accurate for small |x|.", lam
 expm1 = _float_ufunc("expm1", _expm1, "exp(x) - 1, accurate for small |x|.", lambda x, y: (y + 1,))
 sqrt = _ufunc("sqrt", lax.sqrt, to_float=True, doc="Square root elementwise.")
 rsqrt = _ufunc("rsqrt", lambda x: lax.recip(lax.sqrt(x)), to_float=True, doc="1 / sqrt(x) elementwise.")
-reciprocal = _ufunc("reciprocal", lambda x: lax.recip(x) if _dt(x).is_float else lax.div(_full(x, 1), x),
-                    doc="1 / x elementwise (integer division for integers).")
+reciprocal = _ufunc("reciprocal", lax.recip, to_float=True,
+                    doc="1 / x elementwise; integers give floats, as in JAX (numpy divides them as integers).")
 sin = _ufunc("sin", lax.sin, to_float=True, doc="Sine elementwise.")
 cos = _float_ufunc("cos", _cos, "Cosine elementwise.", lambda x, y: (lax.neg(lax.sin(x)),))
 tan = _float_ufunc("tan", _tan, "Tangent elementwise.", lambda x, y: (1 + y * y,))
@@ -966,7 +969,7 @@ def _shift(name: str, lax_fn):
     def compute(a: Array, b: Array) -> Array:
         _require(name, a, _dt(a).is_int, "integer operands")
         return lax_fn(a, b)
-    return _ufunc(name, compute, doc=f"Elementwise {name} of integer arrays.")
+    return _ufunc(name, compute, doc=f"Elementwise {name} of integer arrays.", numeric=True)
 
 
 def _invert(a: Array) -> Array:

@@ -502,3 +502,50 @@ def test_all_gather_takes_pytrees():
     for a, b in zip(fnx.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
         assert a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def _traced_output(fun, *args):
+    """The output node of `fun` traced on `args` (its dtype, without compiling anything)."""
+    return fnx.make_graph(fun)(*args).fn.src[0].src[0]
+
+
+BINARY = ["add", "subtract", "multiply", "true_divide", "floor_divide", "mod", "power", "maximum", "minimum",
+          "arctan2", "bitwise_and", "bitwise_or", "left_shift", "right_shift", "equal", "less"]
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_result_dtypes_match_jax(name):
+    """Every pair of operands (strong dtypes and weak Python scalars); bools compute as int32 where JAX's numeric
+    promotion says so (True // True, True ** True, True % True, shifts). JAX under jit: eagerly, jnp.power with a
+    concrete integer exponent keeps the base's dtype, a value-dependent rule fnx does not copy."""
+    mismatches = []
+    for a, b in itertools.product(OPERANDS[:-2], OPERANDS[:-2]):
+        with jax_x64(_is_64(a) or _is_64(b)):
+            args = [1 if w and d.is_int else 1.0 if w else jjnp.ones(3, d.np) for d, w in (a, b)]
+            try:  # shapes and dtypes only: nothing is compiled
+                expected = str(jax.eval_shape(getattr(jjnp, name), *args).dtype)
+            except TypeError:
+                expected = "TypeError"
+        args = [1 if w and d.is_int else 1.0 if w else jnp.ones(3, d.np) for d, w in (a, b)]
+        try:
+            got = str(_traced_output(getattr(jnp, name), *args).dtype.np)
+        except TypeError:
+            got = "TypeError"
+        if got != expected and "TypeError" not in (got, expected):
+            mismatches.append((a, b, got, expected))
+    assert not mismatches
+
+
+@pytest.mark.parametrize("name", ["square", "reciprocal", "negative", "abs", "sqrt", "floor", "invert"])
+def test_unary_result_dtypes_match_jax(name):
+    for dtype in dtypes.DTYPES:
+        with jax_x64(dtype.itemsize == 8):
+            try:
+                expected = str(getattr(jjnp, name)(jjnp.ones(3, dtype.np)).dtype)
+            except TypeError:
+                expected = "TypeError"
+        try:
+            got = str(getattr(jnp, name)(jnp.ones(3, dtype.np)).dtype)
+        except TypeError:
+            got = "TypeError"
+        assert got == expected, dtype
