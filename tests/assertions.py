@@ -32,3 +32,26 @@ def mlp_step(p, x, onehot):
     loss, grads = fnx.value_and_grad(mlp_loss)(p, x, onehot)
     updates, _ = optim.sgd(0.1).update(grads, optim.sgd(0.1).init(p), p)
     return optim.apply_updates(p, updates), loss
+
+
+def random_schedule(draw_index, tries: int = 4, most: int = 4, applied: list | None = None):
+    """A schedule chooser (for fnx.lower.optimize.schedule_override) applying up to `most` actions, in up to `tries`
+    draws of `draw_index(n)` among those BEAM would try (candidate_actions); records (kernel name, actions) in
+    `applied` when given."""
+    from fnx.lower.optimize import OptError, apply_opt
+    from fnx.lower.search import candidate_actions
+
+    def choose(kernel, threads):
+        opts, k = [], kernel
+        for _ in range(tries):
+            acts = candidate_actions(k)
+            if not acts or len(opts) == most: break
+            act = acts[draw_index(len(acts))]
+            try:
+                k = apply_opt(k, act)
+            except OptError:
+                continue
+            opts.append(act)
+        if applied is not None: applied.append((kernel.name, opts))
+        return opts
+    return choose

@@ -20,3 +20,14 @@ def device(request):
     state.default_device = f"{request.param}:0"
     yield request.param
     state.default_device = previous
+
+
+@pytest.fixture(scope="module")
+def jax_x64():
+    """JAX in float64 for one module (the others use JAX's default float32): `pytestmark =
+    pytest.mark.usefixtures("jax_x64")`."""
+    jax = pytest.importorskip("jax")
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)

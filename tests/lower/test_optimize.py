@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assertions import random_schedule
 import fnx
 import fnx.numpy as jnp
 from fnx.backends import interp
@@ -12,7 +13,6 @@ from fnx.backends.device import Buffer, get_backend
 from fnx.lower.optimize import Opt, OptError, apply_opt, heuristic_opts, schedule_override
 from fnx.lower.pipeline import callify
 from fnx.lower.rangeify import rangeify
-from fnx.lower.search import candidate_actions
 
 
 def _matmul(a, b): return a @ b
@@ -86,23 +86,6 @@ def _check(name, choose):
         np.testing.assert_allclose(g, e, rtol=tol, atol=tol)
 
 
-def _random_schedule(draw_index):
-    """A chooser applying actions picked by `draw_index(n)` from those that apply, up to 4 of them."""
-    def choose(kernel, threads):
-        opts, k = [], kernel
-        for _ in range(4):
-            acts = candidate_actions(k)
-            if not acts: break
-            act = acts[draw_index(len(acts))]
-            try:
-                k = apply_opt(k, act)
-            except OptError:
-                continue
-            opts.append(act)
-        return opts
-    return choose
-
-
 SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1, 7), Opt("UPCAST", 0, 2),
           Opt("UPCAST", 0, 3), Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
           Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7)]
@@ -144,7 +127,7 @@ def test_the_single_actions_do_apply_somewhere():
 @settings(max_examples=25)
 @given(st.sampled_from(sorted(PROGRAMS)), st.data())
 def test_random_action_sequences_match_the_oracle(name, data):
-    _check(name, _random_schedule(lambda n: data.draw(st.integers(0, n - 1))))
+    _check(name, random_schedule(lambda n: data.draw(st.integers(0, n - 1))))
 
 
 def test_heuristics_register_block_matmul():

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assertions import random_schedule
 import fnx
 import fnx.numpy as jnp
 from fnx.backends.device import Buffer, get_backend
@@ -19,7 +20,6 @@ from fnx.lower.optimize import (FLAT_SUM_MAX, SUM_BLOCK, SUM_BLOCK_WIDE, Opt, Op
                                 heuristic_opts, schedule_override)
 from fnx.lower.pipeline import callify
 from fnx.lower.rangeify import rangeify
-from fnx.lower.search import candidate_actions
 from fnx.uop import Ops
 
 BOUND = 1e-6  # relative error of a float32 sum of positive values; a flat loop reached 1e-5 at 2^26 (4% for 0.1s)
@@ -199,21 +199,7 @@ PROGRAMS = {  # name -> (function, arguments, float64 oracle), 2^24 elements but
 
 
 def _random_schedule(draw_index, applied: list):
-    """A chooser applying up to 4 actions drawn by `draw_index(n)` among those BEAM would try (candidate_actions)."""
-    def choose(kernel, threads):
-        opts, k = [], kernel
-        for _ in range(12):
-            acts = candidate_actions(k)
-            if not acts or len(opts) == 4: break
-            act = acts[draw_index(len(acts))]
-            try:
-                k = apply_opt(k, act)
-            except OptError:
-                continue
-            opts.append(act)
-        applied.append((kernel.name, opts))
-        return opts
-    return choose
+    return random_schedule(draw_index, tries=12, applied=applied)
 
 
 def _additions_in_a_row(k) -> list[tuple[int, int]]:

@@ -12,13 +12,7 @@ import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-    """float64 in jax for this module only (other modules use jax's default float32)."""
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_x64")
 
 
 rng = np.random.default_rng(5)

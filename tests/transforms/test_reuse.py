@@ -15,12 +15,7 @@ import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("jax_x64")
 
 
 LIBS = {"fnx": (fnx, jnp), "jax": (jax, jjnp)}
