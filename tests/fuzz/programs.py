@@ -218,7 +218,8 @@ def _input_shape(b: _Builder, base):
 
 
 OPS = ("binary", "unary_float", "compare", "where", "unary", "divide", "reduce", "astype", "int_op", "reshape",
-       "transpose", "slice", "broadcast", "concat", "matmul", "cumsum", "flip")
+       "transpose", "slice", "broadcast", "concat", "matmul", "cumsum", "flip",
+       "unary_float", "binary", "unary_float", "reduce")   # weights: the arithmetic more often than the shapes
 
 
 @st.composite
