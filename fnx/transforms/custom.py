@@ -142,9 +142,15 @@ class custom_vjp:
         return _realize_tree(out) if not state.depth else out
 
 
-def checkpoint(fun: Callable, *, static_argnums: Sequence[int] = (), **unused) -> Callable:
+def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
+               static_argnums: int | Sequence[int] = ()) -> Callable:
     """Rematerialize `fun` in the backward pass: its intermediates are recomputed from its inputs instead of
-    being kept from the forward pass (jax.checkpoint / jax.remat)."""
+    being kept from the forward pass (jax.checkpoint / jax.remat).
+
+    `prevent_cse` and `policy` are accepted as JAX's: fnx always keeps the recomputation apart from the forward
+    pass and recomputes every intermediate (JAX's `nothing_saveable`); a policy changes what JAX keeps in
+    memory, never the values, so results are the same under any policy."""
+    static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     serial = next(_serial)
 
     @functools.wraps(fun)

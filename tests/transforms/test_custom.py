@@ -309,3 +309,10 @@ def test_stop_gradient_gives_zero_gradient():
                                                      (np.ones(3),))[1]), 0.0)
     np.testing.assert_allclose(np.asarray(fnx.grad(fnx.grad(lambda x: x * lax.stop_gradient(x) ** 2))(2.0)), 0.0)
     np.testing.assert_allclose(np.asarray(fnx.jit(fnx.grad(lambda x: (x * lax.stop_gradient(x)).sum()))(X3)), X3)
+
+
+def test_checkpoint_rejects_unknown_keywords_and_takes_jax_ones():
+    with pytest.raises(TypeError, match="static_argnum"):
+        fnx.checkpoint(jnp.sin, static_argnum=1)
+    f = fnx.checkpoint(lambda x, n: jnp.sin(x) * n, static_argnums=1, prevent_cse=False, policy=None)
+    np.testing.assert_allclose(float(fnx.grad(f)(1.0, 2)), 2 * np.cos(1.0), rtol=1e-6)
