@@ -62,3 +62,49 @@ def test_fuzz_grad(prog, seed):
     forward-mode derivative (checked by central differences), along a dense and three single-element directions."""
     fails, stats = check_grad(prog, seed)
     _report(prog, fails, stats)
+
+
+def _program(lines, inputs, grad=False):
+    """A fixed program: lines of (name, source, shape, dtype); inputs of (shape, dtype, scale)."""
+    from fuzz.programs import Input, Program, Var
+    prog = Program(inputs=[Input(f"x{k}", s, d, 7 + k, sc) for k, (s, d, sc) in enumerate(inputs)], grad=grad)
+    for i in prog.inputs: prog.vars[i.name] = Var(i.name, i.shape, i.dtype)
+    for name, src, shape, dtype in lines:
+        prog.lines.append((name, src))
+        prog.vars[name] = Var(name, shape, dtype)
+    prog.outputs = [lines[-1][0]]
+    return prog
+
+
+def test_fuzzer_catches_injected_bugs(monkeypatch):
+    """The checks are not vacuous: bugs injected into this process (a 2e-6 relative error in interp's SIN, a sum
+    that drops the last of 128 terms, a derivative of sin 0.1% off) fail them; the uninjected programs pass."""
+    import numpy as np
+
+    from fnx import lax
+    from fnx.backends import interp
+    from fnx.transforms import grad as grad_module
+    from fnx.uop import Ops
+    sine = _program([("v0", "jnp.sin(x0)", (64,), "float32")], [((64,), "float32", 1.0)])
+    total = _program([("v0", "jnp.sum(x0, axis=0)", (), "float32")], [((128,), "float32", 1.0)])
+    sine_grad = _program([("v0", "jnp.sin(x0)", (5,), "float32")], [((5,), "float32", 1.0)], grad=True)
+    assert check_forward(sine)[0] == [] and check_forward(total)[0] == [] and check_grad(sine_grad, 1)[0] == []
+
+    with monkeypatch.context() as m:
+        sin = interp.UNARY[Ops.SIN]
+        m.setitem(interp.UNARY, Ops.SIN, lambda x: sin(x) * np.asarray(1 + 2e-6, x.dtype))
+        fails = check_forward(sine)[0]
+        assert any(f.startswith("interp eager") for f in fails) and not any(f.startswith("cpu") for f in fails)
+    with monkeypatch.context() as m:
+        reduce_sum = lax.reduce_sum
+        m.setattr(lax, "reduce_sum", lambda x, axes, keepdims=False: reduce_sum(
+            lax.slice_in_dim(x, 0, x.shape[axes[0]] - 1, axis=axes[0]) if x.shape[axes[0]] > 100 else x, axes,
+            keepdims=keepdims))
+        fails = check_forward(total)[0]
+        assert sorted(f.split(":")[0] for f in fails if not f.startswith(" ")) == \
+            ["cpu eager", "cpu jit", "interp eager", "interp jit"]
+    with monkeypatch.context() as m:
+        rule = grad_module.vjp_rules[Ops.SIN]
+        m.setitem(grad_module.vjp_rules, Ops.SIN, lambda g, u, x: tuple(c * 1.001 for c in rule(g, u, x)))
+        fails = check_grad(sine_grad, 1)[0]
+        assert {f.split(":")[0] for f in fails} == {"cpu grad", "cpu jit(grad)", "interp grad"}
