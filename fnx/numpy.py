@@ -1161,10 +1161,11 @@ def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims
     x = _arr(a, "mean")
     dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(x))
     axes = _reduce_axes(x, axis, "mean")
-    total = sum(x, axis=axes, dtype=dt, keepdims=keepdims, where=where)
+    work = dtypes.float32 if dt.itemsize < 4 else dt  # as JAX: a 16-bit mean divides in float32 (no overflow)
+    total = sum(x, axis=axes, dtype=work, keepdims=keepdims, where=where)
     count = _count(x, axes) if where is None else sum(_broadcast(_as_bool(_arr(where)), x.shape), axis=axes,
-                                                      dtype=dt, keepdims=keepdims)
-    return _cast(_float_math(lambda t: t / (count if isinstance(count, int) else _cast(count, _dt(t))))(total), dt)
+                                                      dtype=work, keepdims=keepdims)
+    return _cast(total / (count if isinstance(count, int) else count), dt)
 
 
 @eager_op

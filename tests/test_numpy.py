@@ -598,3 +598,14 @@ def test_odd_functions_keep_the_sign_of_zero(name):
     got = np.asarray(getattr(jnp, name)(jnp.asarray(x)))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(getattr(np, name)(x)))
     np.testing.assert_array_equal(got, 0.0)
+
+
+def test_mean_of_16_bit_floats_divides_in_float32():
+    """As JAX: the float16 sum of 257 x 2981 overflows, the mean does not (the fuzzer found inf)."""
+    import ml_dtypes
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        x = np.full((3, 257), 2981.0, dtype)
+        expected = (x.astype(np.float64).sum(axis=1) / 257).astype(dtype)
+        np.testing.assert_array_equal(np.asarray(jnp.mean(x, axis=1)), expected)
+        np.testing.assert_array_equal(np.asarray(fnx.jit(lambda v: jnp.mean(v, axis=1))(x)), expected)
+        assert jnp.mean(x).dtype == dtype

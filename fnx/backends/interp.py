@@ -36,10 +36,13 @@ def _shift(a: np.ndarray, b: np.ndarray, left: bool) -> np.ndarray:
 
 def _cast(x: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
     if dtype.is_bool: return x != 0
-    if dtype.is_int and x.dtype.kind == "f":
+    if dtype.is_int and dtypes.from_numpy(x.dtype).is_float:  # (bfloat16's numpy kind is 'V')
+        top = 2.0 ** (8 * dtype.itemsize - (0 if dtype.is_unsigned else 1))  # (dtype.max rounds up to it in float)
+        f = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=top, neginf=dtype.min))
+        above = f >= top  # saturating as XLA: NaN -> 0, beyond the range -> its end
         with np.errstate(invalid="ignore"):
-            return np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=dtype.max, neginf=dtype.min)) \
-                .clip(dtype.min, dtype.max).astype(dtype.np)
+            inside = np.clip(np.where(above, 0.0, f), dtype.min, None).astype(dtype.np)
+        return np.where(above, np.array(dtype.max, dtype.np), inside)
     return x.astype(dtype.np)
 
 

@@ -430,17 +430,18 @@ class Renderer:
             if reg_type(src) == "double" and is_half(d): a = self.odd_float(a)
             elif st != t: a = self.emit(f"{'fpext' if reg_type(src) == 'float' else 'fptrunc'} {st} {a} to {t}")
             return self.round_to(a, d) if is_half(d) else a
-        if src.is_float:  # saturating, NaN -> 0: clamp, then convert (selects vectorize; .sat intrinsics do not)
+        if src.is_float:  # saturating as XLA (NaN -> 0, beyond the range -> its end): selects vectorize, .sat do not
             bits = 8 * d.itemsize
             lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
-            hi = float(np.nextafter(np.array(top, dtype=np.float32 if reg_type(src) == "float" else np.float64), 0))
-            below = self.emit(f"fcmp olt {st} {a}, {self.c(lo, src)}")
-            a = self.emit(f"select {i1} {below}, {st} {self.c(lo, src)}, {st} {a}")
-            above = self.emit(f"fcmp ogt {st} {a}, {self.c(hi, src)}")
-            a = self.emit(f"select {i1} {above}, {st} {self.c(hi, src)}, {st} {a}")
+            reg = dtypes.float32 if is_half(src) else src  # the constants in the register's type (16-bit: float)
             nan = self.emit(f"fcmp uno {st} {a}, {a}")
-            a = self.emit(f"select {i1} {nan}, {st} {self.c(0.0, src)}, {st} {a}")
-            return self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
+            a = self.emit(f"select {i1} {nan}, {st} {self.c(0.0, reg)}, {st} {a}")
+            below = self.emit(f"fcmp olt {st} {a}, {self.c(lo, reg)}")
+            a = self.emit(f"select {i1} {below}, {st} {self.c(lo, reg)}, {st} {a}")
+            above = self.emit(f"fcmp oge {st} {a}, {self.c(top, reg)}")  # 2^bits: exact in every float type
+            a = self.emit(f"select {i1} {above}, {st} {self.c(0.0, reg)}, {st} {a}")
+            out = self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
+            return self.emit(f"select {i1} {above}, {t} {self.c(int(top) - 1, d)}, {t} {out}")
         if d.is_float:
             kind = "uitofp" if src.is_unsigned or src.is_bool else "sitofp"
             if is_half(d) and src.itemsize == 4:  # exactly through double: float could round twice

@@ -503,8 +503,19 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
                 pass
     if threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
         sizes = _output_loop_sizes(k, opts)
-        if len(sizes) > thread_axis and sizes[thread_axis] > 1: opts.append(Opt("THREAD", thread_axis))
+        if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
+            opts.append(Opt("THREAD", thread_axis))
     return opts
+
+
+def _threadable(k: Kernel, opts: list[Opt], axis: int) -> bool:
+    """Whether THREAD(axis) applies after `opts` (a kernel with a stash threads only its row loops)."""
+    if k.row_ranges is None: return True
+    try:
+        apply_opt(apply_opts(k, opts), Opt("THREAD", axis))
+    except OptError:
+        return False
+    return True
 
 
 def _output_loop_sizes(k: Kernel, opts: list[Opt]) -> list[int]:

@@ -55,6 +55,9 @@ PROGRAMS = {  # name -> (function, arguments): odd sizes on purpose, so masks an
     "bytes": (_bytes, (RNG.integers(0, 200, (6, 35)).astype(np.uint8), RNG.integers(0, 50, (6, 35)).astype(np.uint8))),
     "bf16_cast": (_bf16_cast, (RNG.standard_normal((3, 40)).astype(np.float32),
                                RNG.standard_normal((3, 40)).astype(np.float32))),
+    # a stash (the max, read back per row) that the thread heuristic once tried to split off its rows (OptError)
+    "stash_grad": (fnx.grad(lambda x: jnp.sum(jnp.maximum(jnp.maximum(jnp.max(x), x), x == 0.5))),
+                   (np.linspace(-1.0, 1.0, 5000).astype(np.float32),)),
     "gather": (_gather, (RNG.standard_normal((4, 18)).astype(np.float32), RNG.standard_normal((5, 18)).astype(
         np.float32))),
 }
@@ -230,3 +233,9 @@ def test_fusable_adds_become_fmuladd_and_keep_their_value_under_transforms():
         np.testing.assert_allclose(np.asarray(poly(jnp.asarray(x))), want, rtol=2e-7, atol=1e-6)
     grads = fnx.vmap(fnx.grad(poly))(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(grads), 0.5 * x + 0.5, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [2, 8])
+def test_heuristics_with_threads_apply_to_every_program(threads):
+    for name in PROGRAMS:
+        _check(name, lambda k, t: heuristic_opts(k, threads))
