@@ -325,9 +325,11 @@ def step_unary_float(b: _Builder):
     fn = b.choice(tuple(UNARY_FLOAT), label="float fn")
     operand = a.name
     if b.grad and fn in ("sin", "cos"):
-        # the gradient test needs a derivative that finite differences can see: at |x| ~ 1e18 a float64 step
-        # sweeps sin through many periods (the oracle's own check failed there); the forward test keeps any x
-        operand = f"jnp.clip({a.name}, -1e4, 1e4)"
+        # the gradient test compares float32 with float64: sin' of a large argument depends on that argument's
+        # absolute rounding error (magnitude 1e3 known to 0.05: 5% off, fnx and JAX alike in float32), which the
+        # gradient tolerance does not model; at |x| ~ 1e18 even float64 finite differences fail. The forward
+        # test, whose bound does carry it, keeps any x.
+        operand = f"jnp.clip({a.name}, -8.0, 8.0)"
     b.add_var(UNARY_FLOAT[fn].format(a=operand), a.shape, a.dtype)
 
 
