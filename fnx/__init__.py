@@ -10,9 +10,10 @@ from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
 from fnx.transforms.vmap import vmap
 from fnx.transforms.jit import jit, make_graph
 
-from fnx import numpy  # noqa: E402  (installs the Array operators)
+from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import nn, optim, random  # noqa: E402
-from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (loads LLVM now, as `import jax` loads XLA)
+from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
+from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
            "device_put", "devices", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax",

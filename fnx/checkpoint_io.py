@@ -14,6 +14,7 @@ import numpy as np
 
 from fnx import dtypes
 from fnx.errors import at_user_line
+from fnx.trace import to_array
 
 _STRUCTURE = "__fnx_tree__"
 
@@ -35,7 +36,6 @@ def _describe(tree: Any, leaves: list) -> Any:
 
 
 def _rebuild(node: dict, arrays: Any) -> Any:
-    from fnx.lax import to_array
     kind = node["t"]
     if kind == "none": return None
     if kind == "dict": return {k: _rebuild(v, arrays) for k, v in node["c"].items()}

@@ -9,10 +9,19 @@ from dataclasses import dataclass
 class Config:
     device: str            # FNX_DEVICE: the default device ('cpu', 'interp', ...)
     debug: int             # FNX_DEBUG: 1 launches+times, 2 kernel names+shapes, 3 IR per stage, 4 LLVM IR
-    cpu_threads: int       # FNX_CPU_THREADS: worker threads for CPU kernels
+    cpu_threads: int       # FNX_CPU_THREADS: worker threads for CPU kernels (shared among the cpu devices)
     cache_dir: str | None  # FNX_CACHE_DIR: persistent compile cache ('' disables)
     beam: int = 0          # FNX_BEAM: width of the schedule search timed on the device (0: hand heuristics)
     executables: int = 512  # FNX_EXECUTABLES: compiled graphs kept for reuse (least recently used ones go first)
+    cpu_devices: int = 1   # FNX_CPU_DEVICES: how many cpu devices (cpu:0..N-1) the host is split into
+    cpu_target: str = "native"  # FNX_CPU_TARGET: the LLVM CPU to compile for: 'native' (the host), 'x86-64-v3'
+                                # (AVX2), 'x86-64-v4' (AVX-512), 'x86-64-v2', or a name like 'znver4'
+
+
+def _positive(name: str, default: str) -> int:
+    text = os.environ.get(name, default) or default
+    if not text.isdigit() or int(text) < 1: raise ValueError(f"{name}={text!r}: expected a positive integer")
+    return int(text)
 
 
 def _read() -> Config:
@@ -20,7 +29,9 @@ def _read() -> Config:
     return Config(device=os.environ.get("FNX_DEVICE", "cpu"), debug=int(os.environ.get("FNX_DEBUG", "0") or 0),
                                 cpu_threads=int(os.environ.get("FNX_CPU_THREADS", "0") or 0) or (os.cpu_count() or 1),
                                 cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0),
-                                executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512))
+                                executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512),
+                                cpu_devices=_positive("FNX_CPU_DEVICES", "1"),
+                                cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native")
 
 
 config = _read()

@@ -19,7 +19,8 @@ import numpy as np
 
 from fnx import dtypes, tree_util
 from fnx.errors import at_user_line
-from fnx.trace import Array, _realize_tree, building, fresh_tag, state, trace
+from fnx.rewrite import substitute
+from fnx.trace import Array, _realize_tree, building, fresh_tag, state, to_array, trace
 from fnx.uop import Ops, UOp
 
 _FREE_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE)
@@ -30,7 +31,6 @@ def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, lis
     BUFFERs) replaced by a fresh PARAM of `tag`; returns the body and those closed-over values, in slot order.
     Nested bodies are not entered: a nested control node is closed already, and a call's body only decides
     whether the call depends on `params`."""
-    from fnx.rewrite import substitute
     own = set(params)
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     order = body.graph
@@ -77,7 +77,6 @@ def _trace_body(fun: Callable, example_args: tuple, tag: int) -> tuple[Any, list
 
 
 def _leaf_uops(tree: Any) -> tuple[list[Array], Any]:
-    from fnx.lax import to_array
     leaves, treedef = tree_util.tree_flatten(tree)
     return [to_array(x) for x in leaves], treedef
 
@@ -103,7 +102,6 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
 
     Both branches are traced; they must return the same structure, shapes and dtypes.
     """
-    from fnx.lax import to_array
     p = to_array(pred)
     if p.shape != () or not (p.uop.dtype.is_bool or p.uop.dtype.is_int):
         raise TypeError(at_user_line(f"cond: the predicate must be a scalar bool or int, got {_avals([p])[0]}"))
@@ -154,7 +152,6 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
 
     The body is traced once, whatever the length. `unroll` is accepted for compatibility.
     """
-    from fnx.lax import to_array
     with building():
         carry, c_tree = _leaf_uops(init)
         x_leaves, x_tree = tree_util.tree_flatten(xs)
@@ -190,7 +187,6 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
 def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
     """`val = body_fun(i, val)` for i in [lower, upper) (jax.lax.fori_loop). Static int bounds become a scan
     (so reverse mode works); traced bounds become a while_loop."""
-    from fnx.lax import to_array
     if isinstance(lower, (int, np.integer)) and isinstance(upper, (int, np.integer)):
         steps = max(int(upper) - int(lower), 0)
         if steps == 0: return init_val
@@ -213,13 +209,13 @@ def _iota(n: int) -> UOp:
 
 def switch(index: Any, branches: list[Callable], *operands: Any) -> Any:
     """`branches[clip(index, 0, len - 1)](*operands)` as a chain of conds (jax.lax.switch)."""
-    import fnx.numpy as jnp
     if not branches: raise ValueError(at_user_line("switch needs at least one branch"))
-    i = jnp.clip(index, 0, len(branches) - 1)
+    i = to_array(index)
 
     def choose(k: int, *ops):
-        if k == len(branches) - 1: return branches[k](*ops)
-        return cond(i == k, branches[k], lambda *o: choose(k + 1, *o), *ops)
+        if k == len(branches) - 1: return branches[k](*ops)  # the clip: indices above (and NaN) take the last
+        taken = i <= 0 if k == 0 else i == k  # and indices below take the first
+        return cond(taken, branches[k], lambda *o: choose(k + 1, *o), *ops)
     return choose(0, *operands)
 
 

@@ -1,49 +1,31 @@
-"""Device objects and placement: `fnx.devices()`, `fnx.device_put`, `fnx.default_device`."""
+"""Devices and placement: `fnx.devices()`, `fnx.device_put`, `fnx.default_device`.
+
+The Device objects are the runtime's (fnx/backends/device.py): `fnx.devices()[3]` is the one whose memory holds
+the arrays placed there. Moving an array between devices is a COPY in the graph, which lowering keeps as a
+transfer item of the executable, so a program over several devices is one schedule, not host-side glue.
+"""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fnx.backends.device import Buffer, canonical_device, platform_of
-from fnx.trace import Array, state
+from fnx import tree_util
+from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, get_device, platform_devices
+from fnx.backends.device import platform_of
+from fnx.errors import at_user_line
+from fnx.trace import Array, realize, state, to_array
 from fnx.uop import Ops, UOp
 
-
-@dataclass(frozen=True)
-class Device:
-    """One device: `platform` ('cpu', 'interp', ...) and `id`."""
-    platform: str
-    id: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.platform}:{self.id}"
-
-    def __repr__(self) -> str:
-        return f"{self.platform.capitalize()}Device(id={self.id})"
-
-
-@dataclass(frozen=True)
-class SingleDeviceSharding:
-    device: Device
-
-    @property
-    def device_set(self) -> set[Device]:
-        return {self.device}
-
-
-def device_object(name: str) -> Device:
-    name = canonical_device(name)
-    return Device(platform_of(name), int(name.split(":")[1]))
+__all__ = ["Device", "SingleDeviceSharding", "default_device", "device_count", "device_name", "device_put",
+           "devices", "local_devices"]
 
 
 def devices(backend: str | None = None) -> list[Device]:
-    """The devices of a platform (default: the default device's platform)."""
-    platform = backend or platform_of(state.default_device)
-    return [device_object(f"{platform}:0")]
+    """The devices of a platform (default: the default device's platform), in ordinal order: `cpu:0..N-1` with
+    FNX_CPU_DEVICES=N."""
+    return platform_devices(backend or platform_of(state.default_device))
 
 
 local_devices = devices
@@ -54,22 +36,42 @@ def device_count(backend: str | None = None) -> int:
 
 
 def device_name(device: Any) -> str:
-    """The canonical name ('cpu:0') of a Device or a device name ('cpu', 'interp:0'); ValueError for unknown ones."""
+    """The canonical name ('cpu:0') of a Device or a device name ('cpu', 'interp:0'); ValueError for unknown
+    platforms and for ordinals the platform does not have."""
     return device.name if isinstance(device, Device) else canonical_device(str(device))
 
 
 def device_put(x: Any, device: Any = None) -> Any:
-    """Place arrays (a pytree of them) on `device` (a Device or a name like 'cpu' or 'interp'); copies host data."""
-    from fnx import tree_util
-    from fnx.lax import to_array
-    target = device_name(device) if device is not None else state.default_device
+    """Place the arrays of pytree `x` on `device` (a Device or a name like 'cpu:1'; default: the default device).
+
+    An Array already there is returned as is. One on another device is copied there: a COPY node, which eager
+    code runs at once as a transfer and jit keeps in the graph. numpy arrays and Python scalars are copied from
+    the host (the caller may change them afterwards).
+    """
+    try:
+        target = device_name(device) if device is not None else state.default_device
+    except ValueError as err:
+        raise ValueError(at_user_line(f"device_put: {err}")) from None
 
     def put(leaf):
-        value = np.asarray(leaf) if not isinstance(leaf, Array) else np.asarray(leaf)
-        if isinstance(leaf, Array) and leaf.is_concrete and leaf.uop.device == target: return leaf
-        if not isinstance(leaf, Array) and not hasattr(leaf, "shape"): leaf = to_array(leaf)
-        buf = Buffer.from_numpy(target, np.array(value, copy=True))
-        return Array(UOp(Ops.BUFFER, buf.dtype, (), (buf, tuple(value.shape))), getattr(leaf, "weak_type", False))
+        if isinstance(leaf, Array):
+            source = leaf._buffer.device if leaf._buffer is not None else leaf.uop.device
+            if source in (None, target) and (leaf._buffer is not None or state.depth): return leaf
+            if source in (None, target):  # a lazy value of this device (or of none): compute it there
+                with default_device(target):
+                    return Array(realize([leaf.uop])[0], leaf.weak_type)
+            moved = Array(UOp(Ops.COPY, leaf.uop.dtype, (leaf.uop,), target), leaf.weak_type)
+            if state.depth: return moved
+            return Array(realize([moved.uop])[0], leaf.weak_type)
+        if not hasattr(leaf, "shape") and not isinstance(leaf, (bool, int, float, complex, np.generic)):
+            leaf = to_array(leaf)  # lists and other array-likes: the same conversion as everywhere else
+            if isinstance(leaf, Array): return put(leaf)
+        value = np.array(leaf, copy=True)
+        weak = isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic)
+        array = to_array(leaf) if weak else None  # Python scalars keep their weak type and canonical dtype
+        if array is not None: value = np.asarray(value, dtype=array.dtype)
+        buf = get_device(target).allocator.from_numpy(value)
+        return Array.from_buffer(buf, tuple(value.shape), weak)
     return tree_util.tree_map(put, x)
 
 

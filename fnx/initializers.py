@@ -9,13 +9,13 @@ from fnx.random, which gives JAX's bits for the same key, so they match jax.nn.i
 """
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from fnx import numpy as jnp
+from fnx import random
 from fnx.errors import at_user_line
 from fnx.trace import Array
 
@@ -28,11 +28,6 @@ Initializer = Callable[..., Array]
 # The standard deviation of a unit normal truncated to [-2, 2]: variance_scaling divides by it so the truncated
 # samples have the requested variance.
 _TRUNCATED_STDDEV = 0.87962566103423978
-
-
-def _random():
-    """fnx.random, imported on first use (it builds on fnx.numpy, as this module does)."""
-    return importlib.import_module("fnx.random")
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -110,7 +105,7 @@ def normal(stddev: float = 1e-2, dtype: Any = jnp.float32) -> Initializer:
       >>> w = fnx.nn.initializers.normal(5.0)(fnx.random.PRNGKey(42), (2, 3))
     """
     def init(key: Any, shape: Any, dtype: Any = dtype) -> Array:
-        return _random().normal(key, _shape(shape), dtype) * _scalar(stddev, dtype)
+        return random.normal(key, _shape(shape), dtype) * _scalar(stddev, dtype)
     return init
 
 
@@ -125,7 +120,7 @@ def uniform(scale: float = 1e-2, dtype: Any = jnp.float32) -> Initializer:
       An initializer `init(key, shape, dtype=dtype)`.
     """
     def init(key: Any, shape: Any, dtype: Any = dtype) -> Array:
-        return _random().uniform(key, _shape(shape), dtype) * _scalar(scale, dtype)
+        return random.uniform(key, _shape(shape), dtype) * _scalar(scale, dtype)
     return init
 
 
@@ -145,7 +140,7 @@ def truncated_normal(stddev: float = 1e-2, dtype: Any = jnp.float32, lower: floa
       An initializer `init(key, shape, dtype=dtype)`.
     """
     def init(key: Any, shape: Any, dtype: Any = dtype) -> Array:
-        return _random().truncated_normal(key, lower, upper, _shape(shape), dtype) * _scalar(stddev, dtype)
+        return random.truncated_normal(key, lower, upper, _shape(shape), dtype) * _scalar(stddev, dtype)
     return init
 
 
@@ -212,10 +207,10 @@ def variance_scaling(scale: float, mode: str, distribution: str, in_axis: int | 
         variance = _scalar(scale / _DENOMINATORS[mode](*_fans(shape, in_axis, out_axis, batch_axis)), dtype)
         if distribution == "truncated_normal":
             stddev = np.sqrt(variance) / _scalar(_TRUNCATED_STDDEV, dtype)
-            return _random().truncated_normal(key, -2, 2, shape, dtype) * stddev
+            return random.truncated_normal(key, -2, 2, shape, dtype) * stddev
         if distribution == "normal":
-            return _random().normal(key, shape, dtype) * np.sqrt(variance)
-        return _random().uniform(key, shape, dtype, -1) * np.sqrt(3 * variance)
+            return random.normal(key, shape, dtype) * np.sqrt(variance)
+        return random.uniform(key, shape, dtype, -1) * np.sqrt(3 * variance)
     return init
 
 

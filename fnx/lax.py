@@ -1,7 +1,8 @@
 """fnx.lax: one function per primitive (plus a few thin compositions), as in jax.lax.
 
-Each primitive function builds exactly one UOp from operands of equal shape and dtype; fnx.numpy adds broadcasting
-and type promotion on top. Operands may be Arrays, numpy arrays or Python scalars (weakly typed).
+Each primitive function builds exactly one UOp from operands of equal shape and dtype (promoted with fnx.trace's
+`promote`; only 0-d operands broadcast); fnx.numpy adds numpy broadcasting on top. Operands may be Arrays, numpy
+arrays or Python scalars (weakly typed).
 """
 from __future__ import annotations
 
@@ -12,60 +13,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fnx import dtypes
-from fnx.backends.device import Buffer
-from fnx.dtypes import DType
+from fnx import dtypes, tree_util
+from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401  (jax.lax's control flow)
 from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
-from fnx.trace import Array, eager_op, state
+from fnx.trace import (Array, alu, cast, eager_op, join, movement, negate, normalize_axes, promote, shape_str, state,
+                       with_weak)
+from fnx.trace import constant_array, to_array  # noqa: F401  (public here too: fnx.lax.to_array)
 from fnx.uop import GroupOp, Ops, UOp
 
-# ---- conversions between user values and UOps ----
-
-
-def to_array(x: Any, dtype: DType | None = None) -> Array:
-    """An Array for `x` (an Array, numpy array or scalar); Python scalars become weakly typed constants."""
-    if isinstance(x, Array):
-        return x if dtype is None or x.uop.dtype == dtype else convert_element_type(x, dtype)
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        scalar_dtype, weak = dtypes.canonicalize_scalar(x)
-        return Array(UOp.const(dtype or scalar_dtype, x), weak and dtype is None)
-    if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__array__"):
-        value = np.asarray(x)
-        if value.dtype == np.dtype("O"):
-            raise TypeError(at_user_line(f"cannot convert an object array to an fnx array: {x!r}"))
-        if dtype is not None and value.dtype != dtype.np:
-            value = value.astype(dtype.np)
-        return constant_array(value)
-    if isinstance(x, (list, tuple)):
-        return to_array(np.asarray(x) if not any(isinstance(e, Array) for e in _flat(x)) else _stack_nested(x), dtype)
-    raise TypeError(at_user_line(f"cannot convert {type(x).__name__} to an fnx array: {x!r}"))
-
-
-def _flat(x):
-    for e in x:
-        yield from (_flat(e) if isinstance(e, (list, tuple)) else [e])
-
-
-def _stack_nested(x) -> Array:
-    from fnx.numpy import stack
-    return stack([_stack_nested(e) if isinstance(e, (list, tuple)) else e for e in x])
-
-
-def constant_array(value: np.ndarray) -> Array:
-    """A concrete Array holding a copy of a numpy array on the default device."""
-    dtype = dtypes.from_numpy(value.dtype)
-    if value.size == 1 or value.ndim == 0:  # small constants stay in the graph, where rewrites can fold them
-        scalar = value.reshape(-1)[0].item() if value.size else 0
-        return Array(UOp.const(dtype, scalar, value.shape))
-    buf = Buffer.from_numpy(state.default_device, np.array(value, copy=True))
-    return Array(UOp(Ops.BUFFER, dtype, (), (buf, tuple(value.shape))))
+# ---- operands ----
 
 
 def _binary_operands(x: Any, y: Any, name: str) -> tuple[Array, Array, bool]:
     """Convert and promote two operands; returns them with the result's weak flag."""
-    a, b = (v if isinstance(v, Array) else to_array(v) for v in (x, y))
-    dtype, weak = dtypes.result_type((a.uop.dtype, a.weak_type), (b.uop.dtype, b.weak_type))
-    a, b = convert_element_type(a, dtype), convert_element_type(b, dtype)
+    (a, b), weak = promote([to_array(x), to_array(y)])
     if a.ndim == 0 and b.ndim: a = _broadcast_scalar(a, b.shape)
     if b.ndim == 0 and a.ndim: b = _broadcast_scalar(b, a.shape)
     return a, b, weak
@@ -79,22 +40,20 @@ def _broadcast_scalar(a: Array, shape: tuple[int, ...]) -> Array:
 
 def _same_shapes(name: str, *xs: Array) -> None:
     if any(x.shape != xs[0].shape for x in xs):
-        shapes = ", ".join(f"{x.uop.dtype}{list(x.shape)}" for x in xs)
-        raise ShapeError(at_user_line(f"{name}: operands must have equal shapes, got {shapes}"))
+        raise ShapeError(at_user_line(f"{name}: operands must have equal shapes, got {shape_str(*xs)}"))
 
 
 def _unary(op: Ops, x: Any, name: str, floats_only: bool = False) -> Array:
     a = to_array(x)
     if floats_only and not a.uop.dtype.is_float:
-        raise TypeError(at_user_line(f"{name} needs a floating-point operand, got {a.uop.dtype}{list(a.shape)}"))
-    return Array(UOp(op, a.uop.dtype, (a.uop,)), a.weak_type)
+        raise TypeError(at_user_line(f"{name} needs a floating-point operand, got {shape_str(a)}"))
+    return alu(op, a, weak=a.weak_type)
 
 
 def _binary(op: Ops, x: Any, y: Any, name: str) -> Array:
     a, b, weak = _binary_operands(x, y, name)
     _same_shapes(name, a, b)
-    out_dtype = dtypes.bool_ if op in GroupOp.Comparison else a.uop.dtype
-    return Array(UOp(op, out_dtype, (a.uop, b.uop)), weak and op not in GroupOp.Comparison)
+    return alu(op, a, b, weak=weak and op not in GroupOp.Comparison)
 
 
 # ---- elementwise primitives ----
@@ -154,7 +113,7 @@ def _bitwise(op: Ops, name: str):
         if a.uop.dtype.is_float:
             raise TypeError(at_user_line(f"{name} needs integer or bool operands, got {a.uop.dtype}"))
         _same_shapes(name, a, b)
-        return Array(UOp(op, a.uop.dtype, (a.uop, b.uop)), weak)
+        return alu(op, a, b, weak=weak)
     return _export(fn, name, f"Elementwise {name} of integer or bool arrays.")
 
 
@@ -185,22 +144,13 @@ def select(pred, on_true, on_false) -> Array:
         raise TypeError(at_user_line(f"select: predicate must be bool, got {p.uop.dtype}"))
     a, b, weak = _binary_operands(on_true, on_false, "select")
     _same_shapes("select", p, a, b)
-    return Array(UOp(Ops.WHERE, a.uop.dtype, (p.uop, a.uop, b.uop)), weak)
+    return alu(Ops.WHERE, p, a, b, weak=weak)
 
 
 @eager_op
 def convert_element_type(x, new_dtype) -> Array:
-    """Cast to `new_dtype` (float->int truncates toward zero; anything->bool is x != 0)."""
-    a = to_array(x)
-    dtype = dtypes.to_dtype(new_dtype)
-    if a.uop.dtype == dtype: return Array(a.uop, False) if a.weak_type else a
-    if a.uop.op is Ops.CONST:  # fold casts of constants here, so weak scalars promote without a kernel
-        value = a.uop.arg[0]
-        if dtype.is_bool: value = value != 0
-        elif dtype.is_int and isinstance(value, float):
-            value = int(value) if math.isfinite(value) else 0
-        return Array(UOp.const(dtype, value, a.shape))
-    return Array(UOp(Ops.CAST, dtype, (a.uop,)))
+    """Cast to `new_dtype` (float->int truncates toward zero; anything->bool is x != 0); strongly typed."""
+    return with_weak(cast(to_array(x), dtypes.to_dtype(new_dtype)), False)
 
 
 @eager_op
@@ -233,27 +183,6 @@ def canonical_shape(shape: Any, name: str, nonnegative: bool = True) -> tuple[in
     return out
 
 
-def _axes(axes: Sequence[int] | int, ndim: int, name: str) -> tuple[int, ...]:
-    """Normalize (possibly negative) axes, raising a ValueError that names the op for out-of-range ones."""
-    out = []
-    for a in (axes if isinstance(axes, (tuple, list)) or np.ndim(axes) else [axes]):
-        try:
-            a = operator.index(a)
-        except TypeError:
-            raise TypeError(at_user_line(f"{name}: axis must be an integer, got {a!r}")) from None
-        if not -ndim <= a < ndim:
-            raise ValueError(at_user_line(f"{name}: axis {a} is out of bounds for an array of rank {ndim}"))
-        out.append(a % ndim if ndim else 0)
-    if len(set(out)) != len(out):
-        raise ValueError(at_user_line(f"{name}: repeated axis in {tuple(axes)}"))
-    return tuple(out)
-
-
-def _movement(op: Ops, x: Any, arg: Any) -> Array:
-    a = to_array(x)
-    return Array(UOp(op, a.uop.dtype, (a.uop,), arg), a.weak_type)
-
-
 @eager_op
 def reshape(x, new_sizes: Sequence[int]) -> Array:
     a = to_array(x)
@@ -261,16 +190,16 @@ def reshape(x, new_sizes: Sequence[int]) -> Array:
     if math.prod(new_sizes) != a.size or any(s < 0 for s in new_sizes):
         raise ShapeError(at_user_line(f"reshape: cannot reshape an array of shape {a.shape} (size {a.size}) "
                                       f"into shape {new_sizes}"))
-    return a if new_sizes == a.shape else _movement(Ops.RESHAPE, a, new_sizes)
+    return a if new_sizes == a.shape else movement(Ops.RESHAPE, a, new_sizes)
 
 
 @eager_op
 def transpose(x, permutation: Sequence[int]) -> Array:
     a = to_array(x)
-    perm = _axes(permutation, a.ndim, "transpose")
+    perm = normalize_axes(permutation, a.ndim, "transpose")
     if len(perm) != a.ndim:
         raise ValueError(at_user_line(f"transpose: permutation {tuple(permutation)} does not match rank {a.ndim}"))
-    return a if perm == tuple(range(a.ndim)) else _movement(Ops.PERMUTE, a, perm)
+    return a if perm == tuple(range(a.ndim)) else movement(Ops.PERMUTE, a, perm)
 
 
 @eager_op
@@ -284,14 +213,14 @@ def broadcast_in_dim(x, shape: Sequence[int], broadcast_dimensions: Sequence[int
     keep = [1] * len(shape)
     for i, d in enumerate(dims): keep[d] = a.shape[i]
     out = reshape(a, keep)
-    return out if tuple(keep) == shape else _movement(Ops.EXPAND, out, shape)
+    return out if tuple(keep) == shape else movement(Ops.EXPAND, out, shape)
 
 
 @eager_op
 def expand(x, shape: Sequence[int]) -> Array:
     """Broadcast size-1 axes of `x` to `shape` (same rank)."""
     a, shape = to_array(x), tuple(shape)
-    return a if a.shape == shape else _movement(Ops.EXPAND, a, shape)
+    return a if a.shape == shape else movement(Ops.EXPAND, a, shape)
 
 
 @eager_op
@@ -310,13 +239,13 @@ def pad(x, padding_value, padding_config: Sequence[tuple[int, int, int]]) -> Arr
     if any(b > e for b, e in crop):
         raise ValueError(at_user_line(f"pad: negative padding {padding_config} removes more than the axis size "
                                       f"{a.shape}"))
-    out = _movement(Ops.SHRINK, a, crop) if crop != tuple((0, s) for s in a.shape) else a
+    out = movement(Ops.SHRINK, a, crop) if crop != tuple((0, s) for s in a.shape) else a
     widths = tuple((builtins.max(lo, 0), builtins.max(hi, 0)) for lo, hi, _ in padding_config)
     if all(w == (0, 0) for w in widths): return out
-    padded = _movement(Ops.PAD, out, widths)
+    padded = movement(Ops.PAD, out, widths)
     value = to_array(padding_value, out.uop.dtype)
     if value.uop.op is Ops.CONST and value.uop.arg[0] == 0: return padded
-    mask = _movement(Ops.PAD, Array(UOp.const(dtypes.bool_, True, out.shape)), widths)
+    mask = movement(Ops.PAD, Array(UOp.const(dtypes.bool_, True, out.shape)), widths)
     return select(mask, padded, expand(reshape(value, (1,) * padded.ndim), padded.shape) if value.ndim == 0 else value)
 
 
@@ -340,7 +269,7 @@ def slice(x, start_indices: Sequence[int], limit_indices: Sequence[int], strides
     bounds = tuple((int(b), int(e)) for b, e in zip(start_indices, limit_indices))
     if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, a.shape)):
         raise ValueError(at_user_line(f"slice: bounds {bounds} out of range for shape {a.shape}"))
-    out = a if bounds == tuple((0, s) for s in a.shape) else _movement(Ops.SHRINK, a, bounds)
+    out = a if bounds == tuple((0, s) for s in a.shape) else movement(Ops.SHRINK, a, bounds)
     if strides is None or all(s == 1 for s in strides): return out
     for axis, stride in enumerate(strides):
         if stride != 1: out = _stride_axis(out, axis, int(stride))
@@ -362,7 +291,7 @@ def _stride_axis(a: Array, axis: int, stride: int) -> Array:
 
 def slice_in_dim(x, start: int, limit: int, stride: int = 1, axis: int = 0) -> Array:
     a = to_array(x)
-    axis = _axes(axis, a.ndim, "slice_in_dim")[0]
+    axis = normalize_axes(axis, a.ndim, "slice_in_dim")[0]
     starts, limits, strides = [0] * a.ndim, list(a.shape), [1] * a.ndim
     starts[axis], limits[axis], strides[axis] = start, limit, stride
     return slice(a, starts, limits, strides)
@@ -372,8 +301,8 @@ def slice_in_dim(x, start: int, limit: int, stride: int = 1, axis: int = 0) -> A
 def rev(x, dimensions: Sequence[int]) -> Array:
     """Reverse the order of elements along `dimensions`."""
     a = to_array(x)
-    axes = _axes(dimensions, a.ndim, "rev")
-    return a if not axes else _movement(Ops.FLIP, a, tuple(i in axes for i in range(a.ndim)))
+    axes = normalize_axes(dimensions, a.ndim, "rev")
+    return a if not axes else movement(Ops.FLIP, a, tuple(i in axes for i in range(a.ndim)))
 
 
 @eager_op
@@ -383,7 +312,7 @@ def gather_axis(x, indices, axis: int) -> Array:
     a, idx = to_array(x), to_array(indices)
     if not idx.uop.dtype.is_int:
         raise TypeError(at_user_line(f"gather: indices must be integers, got {idx.uop.dtype}"))
-    axis = _axes(axis, a.ndim, "gather")[0]
+    axis = normalize_axes(axis, a.ndim, "gather")[0]
     return Array(UOp(Ops.INDEX, a.uop.dtype, (a.uop, idx.uop), axis), a.weak_type)
 
 
@@ -393,7 +322,7 @@ def scatter_axis(x, indices, updates, axis: int, mode: str = "set") -> Array:
     Indices outside the axis are dropped, as JAX's scatter does."""
     a, idx = to_array(x), to_array(indices)
     upd = convert_element_type(updates, a.uop.dtype)
-    axis = _axes(axis, a.ndim, "scatter")[0]
+    axis = normalize_axes(axis, a.ndim, "scatter")[0]
     want = a.shape[:axis] + idx.shape + a.shape[axis + 1:]
     if mode not in ("set", "add", "mul", "min", "max"):
         raise ValueError(f"scatter: unknown mode {mode!r}")
@@ -408,7 +337,7 @@ def scatter_axis(x, indices, updates, axis: int, mode: str = "set") -> Array:
 def _reduce(op: Ops, x: Any, axes: Sequence[int], name: str) -> Array:
     """Reduce over `axes`, keeping them as size-1 axes (the REDUCE primitive)."""
     a = to_array(x)
-    axes = tuple(sorted(_axes(axes, a.ndim, name)))
+    axes = tuple(sorted(normalize_axes(axes, a.ndim, name)))
     if not axes: return a
     return Array(UOp(Ops.REDUCE, a.uop.dtype, (a.uop,), (op, axes)), a.weak_type)
 
@@ -420,7 +349,7 @@ def _drop_axes(a: Array, axes: tuple[int, ...]) -> Array:
 def _reducer(op: Ops, name: str):
     def fn(operand, axes: Sequence[int], keepdims: bool = False) -> Array:
         a = to_array(operand)
-        norm = _axes(axes, a.ndim, name)
+        norm = normalize_axes(axes, a.ndim, name)
         out = _reduce(op, a, norm, name)
         return out if keepdims else _drop_axes(out, norm)
     return _export(fn, name, f"Reduce `operand` over `axes` with {op.name.lower()}.")
@@ -435,8 +364,6 @@ reduce_prod = _reducer(Ops.MUL, "reduce_prod")
 
 def _identity_per_leaf(op: Ops, x: Any) -> Any:
     """`op` (an identity on values) applied to every array leaf of the pytree `x`, as JAX's versions take pytrees."""
-    from fnx import tree_util
-
     def leaf(v):
         a = to_array(v)
         return Array(UOp(op, a.uop.dtype, (a.uop,)), a.weak_type)
@@ -474,7 +401,7 @@ def iota(dtype, size: int) -> Array:
 def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
     """An array of `shape` whose value is its index along `dimension`."""
     dt, shape = dtypes.to_dtype(dtype), canonical_shape(shape, "broadcasted_iota")
-    dimension = _axes(dimension, len(shape), "broadcasted_iota")[0]
+    dimension = normalize_axes(dimension, len(shape), "broadcasted_iota")[0]
     index = UOp(Ops.IOTA, dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64, (), (shape, dimension))
     return convert_element_type(Array(index), dt)
 
@@ -487,7 +414,7 @@ def neg(x) -> Array:
     a = to_array(x)
     if a.uop.dtype.is_bool:
         raise TypeError(at_user_line(f"neg: cannot negate a bool array of shape {a.shape}; use logical_not"))
-    return Array(mul(a, full(a.shape, -1, a.uop.dtype)).uop, a.weak_type)
+    return negate(a)
 
 
 @eager_op
@@ -495,7 +422,7 @@ def sub(x, y) -> Array:
     """x - y, as x + (-y) (exact for floats; wraps for integers)."""
     a, b, weak = _binary_operands(x, y, "sub")
     _same_shapes("sub", a, b)
-    return Array(add(a, neg(b)).uop, weak)
+    return alu(Ops.ADD, a, neg(b), weak=weak)
 
 
 @eager_op
@@ -520,31 +447,19 @@ def concatenate(operands: Sequence[Any], dimension: int) -> Array:
     arrs = [to_array(o) for o in operands]
     if not arrs: raise ValueError(at_user_line("concatenate: needs at least one operand"))
     first = arrs[0]
-    dim = _axes(dimension, first.ndim, "concatenate")[0] if first.ndim else None
+    dim = normalize_axes(dimension, first.ndim, "concatenate")[0] if first.ndim else None
     other = lambda a: a.shape[:dim] + a.shape[dim + 1:]  # noqa: E731
     if dim is None or any(a.ndim != first.ndim or a.uop.dtype != first.uop.dtype or other(a) != other(first)
                           for a in arrs):
-        shapes = ", ".join(f"{a.uop.dtype}{list(a.shape)}" for a in arrs)
         raise ShapeError(at_user_line(f"concatenate: operands must have one dtype, one rank >= 1 and equal sizes "
-                                      f"off axis {dimension}, got {shapes}"))
-    return _concat_tree(arrs, dim)
-
-
-def _concat_tree(arrs: list[Array], dim: int) -> Array:
-    if len(arrs) == 1: return arrs[0]
-    left, right = _concat_tree(arrs[:len(arrs) // 2], dim), _concat_tree(arrs[len(arrs) // 2:], dim)
-    n_left, n_right = left.shape[dim], right.shape[dim]
-    if n_left == 0 or n_right == 0: return right if n_left == 0 else left
-    cfg_left, cfg_right = [(0, 0, 0)] * left.ndim, [(0, 0, 0)] * left.ndim
-    cfg_left[dim], cfg_right[dim] = (0, n_right, 0), (n_left, 0, 0)
-    in_right = pad(full(right.shape, True, dtypes.bool_), False, cfg_right)
-    return select(in_right, pad(right, 0, cfg_right), pad(left, 0, cfg_left))
+                                      f"off axis {dimension}, got {shape_str(*arrs)}"))
+    return join(arrs, dim)
 
 
 def _cumulative(combine, identity, name: str):
     def fn(operand, axis: int = 0, reverse: bool = False) -> Array:
         a = to_array(operand)
-        axis = _axes(axis, a.ndim, name)[0]
+        axis = normalize_axes(axis, a.ndim, name)[0]
         out = rev(a, (axis,)) if reverse else a
         shift, n = 1, a.shape[axis]
         while shift < n:  # log-step (Hillis-Steele) scan: O(n log n) work, log n steps
@@ -568,8 +483,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     a, b = to_array(lhs), to_array(rhs)
     dtype, weak = dtypes.result_type((a.uop.dtype, a.weak_type), (b.uop.dtype, b.weak_type))
     (lc, rc), (lb, rb) = dimension_numbers
-    lc, rc = _axes(lc, a.ndim, "dot_general"), _axes(rc, b.ndim, "dot_general")
-    lb, rb = _axes(lb, a.ndim, "dot_general"), _axes(rb, b.ndim, "dot_general")
+    lc, rc = normalize_axes(lc, a.ndim, "dot_general"), normalize_axes(rc, b.ndim, "dot_general")
+    lb, rb = normalize_axes(lb, a.ndim, "dot_general"), normalize_axes(rb, b.ndim, "dot_general")
     sizes = lambda x, axes: [x.shape[i] for i in axes]  # noqa: E731
     if len(lc) != len(rc) or len(lb) != len(rb) or sizes(a, lc) != sizes(b, rc) or sizes(a, lb) != sizes(b, rb) \
             or set(lc) & set(lb) or set(rc) & set(rb):
@@ -599,7 +514,7 @@ def _order_reversed(a: Array) -> Array:
 def _arg_extreme(name: str, take_max: bool):
     def fn(operand, axis: int, index_dtype=dtypes.int32) -> Array:
         a = to_array(operand)
-        axis = _axes(axis, a.ndim, name)[0]
+        axis = normalize_axes(axis, a.ndim, name)[0]
         n = a.shape[axis]
         if n == 0:
             raise ValueError(at_user_line(f"{name}: attempt to get {name} of an empty sequence "
@@ -618,10 +533,6 @@ def _arg_extreme(name: str, take_max: bool):
 
 argmax = _arg_extreme("argmax", True)
 argmin = _arg_extreme("argmin", False)
-
-
-# ---- structured control flow (fnx/control_flow.py) ----
-from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402, F401
 
 
 # ---- collectives over a named axis (a vmap's axis_name) ----
@@ -648,7 +559,6 @@ def _collective(kind: str, x: Any, axis_name: Any, axis: int = 0) -> Array:
 
 def _tree_collective(kind: str):
     def fn(x, axis_name: Any):
-        from fnx import tree_util
         return tree_util.tree_map(lambda leaf: _collective(kind, leaf, axis_name), x)
     return _export(fn, kind, f"The {kind[1:]} of x over the named axis `axis_name` (or a tuple of names) "
                              "(every example gets it).")
@@ -662,7 +572,6 @@ pmin = _tree_collective("pmin")
 @eager_op
 def pmean(x, axis_name: Any):
     """The mean of x over the named axis `axis_name` (or a tuple of names)."""
-    from fnx import tree_util
     size = math.prod(_axis_size(name, "pmean") for name in _axis_names(axis_name))
     return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
                               if to_array(leaf).uop.dtype.is_float else _collective("psum", leaf, axis_name) // size, x)
@@ -672,14 +581,13 @@ def pmean(x, axis_name: Any):
 def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Any:
     """Every example's x (an array or a pytree of them), stacked along a new axis `axis` (or concatenated along it
     with tiled=True)."""
-    from fnx import tree_util
     if len(_axis_names(axis_name)) != 1:  # jax.vmap does not batch it either
         raise UnsupportedError(at_user_line(f"all_gather over several axis names {axis_name!r}: gather over one "
                                             "name at a time"))
 
     def gather(leaf):
         a = to_array(leaf)
-        where = _axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
+        where = normalize_axes(axis, a.ndim + (0 if tiled else 1), "all_gather")[0]
         out = _collective("all_gather", a, axis_name, where)
         if not tiled: return out
         return reshape(out, a.shape[:where] + (out.shape[where] * a.shape[where],) + a.shape[where + 1:])

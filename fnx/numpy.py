@@ -1,4 +1,4 @@
-"""fnx.numpy: a jax.numpy-like array API, composed only from fnx.lax.
+"""fnx.numpy: a jax.numpy-like array API, composed from fnx.lax and fnx.trace's elementwise functions.
 
 Every public function is an `eager_op`: outside a trace it builds its whole graph lazily and runs it as one compiled
 function; under jit it just adds to the graph. Binary functions broadcast with numpy's rules and promote with JAX's
@@ -23,10 +23,13 @@ import ml_dtypes
 import numpy as np
 
 from fnx import dtypes, lax
+from fnx import trace as _trace
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
-from fnx.trace import Array, eager_op, state
-from fnx.uop import Ops, UOp
+from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_array, broadcast_shapes, cast,
+                       check_operand, eager_op, elementwise, inexact_dtype, is_python_scalar, normalize_axes, prepare,
+                       promote, shape_str, stack_arrays, state, with_weak)
+from fnx.transforms.custom import custom_jvp
 
 # ---- dtype names and constants (numpy's scalar types, so `x.dtype == jnp.float32` holds) ----
 
@@ -47,86 +50,14 @@ def _dt(a: Array) -> DType:
     return a.uop.dtype
 
 
-def _is_python_scalar(x: Any) -> bool:
-    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
-
-
-def _arr(x: Any, name: str = "asarray") -> Array:
-    """An Array for an fnx.numpy argument; Python scalars stay weakly typed constants."""
-    if isinstance(x, Array): return x
-    try:
-        return lax.to_array(x) if _is_python_scalar(x) else array(x)
-    except TypeError as err:
-        message = f"{name}: {err}"
-        raise TypeError(message if "\n  at " in message else at_user_line(message)) from None
-
-
-def _weak(a: Array, weak: bool) -> Array:
-    return a if a.weak_type == weak else Array(a.uop, weak)
-
-
-def _cast(a: Array, dt: DType) -> Array:
-    return lax.convert_element_type(a, dt) if _dt(a) != dt else a
-
-
 def _full(like: Array, value: Any, dt: DType | None = None) -> Array:
     """A constant with the shape (and by default the dtype) of `like`."""
     return lax.full(like.shape, value, dt or _dt(like))
 
 
-def _inexact(dt: DType) -> DType:
-    """The float dtype an operation that needs floats computes in (64-bit integers -> float64)."""
-    if dt.is_float: return dt
-    return dtypes.float64 if dt.itemsize == 8 else dtypes.default_float
-
-
-def _shape_str(*arrs: Array) -> str:
-    return ", ".join(f"{_dt(a)}{list(a.shape)}" for a in arrs)
-
-
-def broadcast_shapes(*shapes: Sequence[int], name: str = "broadcast_shapes") -> tuple[int, ...]:
-    """The numpy broadcast of several shapes; raises ShapeError (a TypeError) naming `name` when they do not fit."""
-    ndim = builtins.max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(ndim):
-        sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
-        if len(sizes) > 1:
-            raise ShapeError(at_user_line(f"{name}: incompatible shapes for broadcasting: "
-                                          f"{', '.join(str(tuple(s)) for s in shapes)}"))
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
-
-
-def _broadcast(a: Array, shape: tuple[int, ...], name: str = "broadcast_to") -> Array:
-    shape = lax.canonical_shape(shape, name)
-    if a.shape == shape: return a
-    if broadcast_shapes(a.shape, shape, name=name) != shape:
-        raise ShapeError(at_user_line(f"{name}: cannot broadcast {_shape_str(a)} to shape {shape}"))
-    if a.uop.op is Ops.CONST: return Array(UOp.const(_dt(a), a.uop.arg[0], shape), a.weak_type)
-    return _weak(lax.broadcast_in_dim(a, shape, tuple(range(len(shape) - a.ndim, len(shape)))), a.weak_type)
-
-
-def _prep(name: str, *xs: Any, to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:
-    """Convert, promote to one dtype and broadcast to one shape; returns the arrays and the result's weak flag.
-    `numeric`: bools compute as int32 (JAX's numeric promotion: `True // True` is int32 1)."""
-    arrs = [_arr(x, name) for x in xs]
-    dt, weak = dtypes.result_type(*[(_dt(a), a.weak_type) for a in arrs])
-    dt = _inexact(dt) if to_float else dt
-    if numeric and dt.is_bool: dt, weak = dtypes.default_int, False
-    shape = broadcast_shapes(*[a.shape for a in arrs], name=name)
-    return [_broadcast(_cast(a, dt), shape, name) for a in arrs], weak
-
-
-def _ufunc(name: str, compute, to_float: bool = False, keeps_weak: bool = True, doc: str = "",
-           numeric: bool = False):
-    """An elementwise public function: promote + broadcast the arguments, then `compute` on equal shapes/dtypes."""
-    def fn(*args):
-        arrs, weak = _prep(name, *args, to_float=to_float, numeric=numeric)
-        out = compute(*arrs)
-        return _weak(out, weak and keeps_weak and _dt(out) == _dt(arrs[0]))
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc or f"Elementwise {name} with numpy broadcasting and JAX type promotion. Returns an Array."
-    return eager_op(fn)
+def _broadcast(a: Array, shape: Any, name: str = "broadcast_to") -> Array:
+    """`a` broadcast to a user's `shape` (checked as one) with numpy's rules."""
+    return broadcast_array(a, lax.canonical_shape(shape, name), name)
 
 
 def _float_math(compute):
@@ -134,28 +65,11 @@ def _float_math(compute):
     def run(*arrs: Array) -> Array:
         dt = _dt(arrs[0])
         if dt.itemsize >= 4: return compute(*arrs)
-        return _cast(compute(*(_cast(a, dtypes.float32) for a in arrs)), dt)
+        return cast(compute(*(cast(a, dtypes.float32) for a in arrs)), dt)
     return run
 
 
-def _require(name: str, a: Array, ok: bool, what: str) -> None:
-    if not ok: raise TypeError(at_user_line(f"{name} needs {what}, got {_shape_str(a)}"))
-
-
 # ---- creation ----
-
-def _canonical_host(value: np.ndarray) -> np.ndarray:
-    """Python lists and scalars default to float32 / int32 (int64 only when the values need it), as in JAX."""
-    if value.dtype == np.float64: return value.astype(np.float32)
-    if value.dtype == np.int64 and (value.size == 0 or (value.min() >= -2**31 and value.max() < 2**31)):
-        return value.astype(np.int32)
-    return value
-
-
-def _flat_items(x):
-    for item in x:
-        yield from (_flat_items(item) if isinstance(item, (list, tuple)) else [item])
-
 
 @eager_op
 def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None = None, ndmin: int = 0) -> Array:
@@ -171,21 +85,8 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
       Python int or float (or a weakly typed Array) and no `dtype` is given: `array(2.0) * float16_array` stays
       float16.
     """
-    dt = None if dtype is None else dtypes.to_dtype(dtype)
-    if isinstance(object, Array):
-        out = object
-    elif isinstance(object, (list, tuple)) and builtins.any(isinstance(v, Array) for v in _flat_items(object)):
-        out = stack([array(v) for v in object]) if len(object) else array(np.asarray(object))
-    else:
-        from_python = isinstance(object, (list, tuple)) or _is_python_scalar(object)
-        value = np.asarray(object, dtype=dt.np if dt is not None else None)
-        if value.dtype == np.dtype("O") or value.dtype.kind in "US":
-            raise TypeError(at_user_line(f"array: cannot convert {type(object).__name__} {object!r} to an fnx array"))
-        out = lax.constant_array(_canonical_host(value) if from_python and dt is None else value)
-    out = _cast(out, dt) if dt is not None else out
-    if out.ndim < ndmin: out = lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape)
-    weak = dt is None and (object.weak_type if isinstance(object, Array) else _is_python_scalar(object))
-    return _weak(out, weak and not _dt(out).is_bool)
+    out = as_array(object, None if dtype is None else dtypes.to_dtype(dtype))
+    return lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape) if out.ndim < ndmin else out
 
 
 @eager_op
@@ -226,13 +127,13 @@ def empty(shape: Any, dtype: Any = None) -> Array:
 
 
 def _like(a: Any, dtype: Any, shape: Any) -> tuple[tuple[int, ...], Any]:
-    a = _arr(a)
+    a = as_operand(a)
     return (a.shape if shape is None else _shape_arg(shape, "like")), (_dt(a) if dtype is None else dtype)
 
 
 def _weak_like(out: Array, a: Any, dtype: Any) -> Array:
     """The *_like functions keep `a`'s weak type when no dtype is given, as in JAX."""
-    return _weak(out, dtype is None and isinstance(a, Array) and a.weak_type)
+    return with_weak(out, dtype is None and isinstance(a, Array) and a.weak_type)
 
 
 @eager_op
@@ -264,7 +165,7 @@ def _static_scalar(x: Any, name: str) -> Any:
     if isinstance(x, Array):
         if state.tracing and not x.is_concrete:
             raise ConcretizationError(at_user_line(f"{name}: needs static (Python) bounds, got a traced "
-                                                   f"{_shape_str(x)}"))
+                                                   f"{shape_str(x)}"))
         return x.item()
     return x
 
@@ -283,7 +184,7 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
     n = builtins.max(0, math.ceil((stop - start) / step))
     if dt.is_float:  # float64 index arithmetic, rounded once to the result dtype
         values = lax.add(lax.mul(lax.iota(dtypes.float64, n), float(step)), float(start))
-        return _cast(values, dt)
+        return cast(values, dt)
     return lax.add(lax.mul(lax.iota(dt, n), step), start)
 
 
@@ -296,10 +197,10 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     """
     (num,) = lax.canonical_shape(num, "linspace", nonnegative=False)
     if num < 0: raise ValueError(at_user_line(f"linspace: number of samples {num} must be non-negative"))
-    (lo, hi), _ = _prep("linspace", start, stop)
-    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(lo))
+    (lo, hi), _ = prepare("linspace", start, stop)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(lo))
     work = dtypes.float64
-    lo, hi = _cast(lo, work), _cast(hi, work)
+    lo, hi = cast(lo, work), cast(hi, work)
     div = num - 1 if endpoint else num
     step = (hi - lo) / div if div > 0 else _full(lo, np.nan)
     shape = (num,) + lo.shape
@@ -307,8 +208,8 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     values = _broadcast(lo, shape) + index * _broadcast(step, shape) if div > 0 else _broadcast(lo, shape)
     if endpoint and num > 1: values = where(index == num - 1, _broadcast(hi, shape), values)
     values = moveaxis(values, 0, axis)
-    values = _cast(values if dt.is_float else floor(values), dt)
-    return (values, _cast(step, dt if dt.is_float else dtypes.default_float)) if retstep else values
+    values = cast(values if dt.is_float else floor(values), dt)
+    return (values, cast(step, dt if dt.is_float else dtypes.default_float)) if retstep else values
 
 
 @eager_op
@@ -317,7 +218,7 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     shape = lax.canonical_shape((N, N if M is None else M), "eye")
     rows, cols = lax.broadcasted_iota(dtypes.int32, shape, 0), lax.broadcasted_iota(dtypes.int32, shape, 1)
     diagonal = lax.add(rows, operator.index(k)) == cols
-    return _cast(diagonal, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    return cast(diagonal, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
 
 
 @eager_op
@@ -327,11 +228,6 @@ def identity(n: int, dtype: Any = None) -> Array:
 
 
 # ---- elementwise arithmetic ----
-
-def _negate(a: Array) -> Array:
-    _require("negative", a, not _dt(a).is_bool, "a numeric operand (use logical_not for bools)")
-    return lax.neg(a)
-
 
 def _int_floor_div(a: Array, b: Array) -> Array:
     q = lax.div(a, b)
@@ -361,7 +257,7 @@ def _floor_divide(a: Array, b: Array) -> Array:
 
 
 def _mod(a: Array, b: Array) -> Array:
-    _require("mod", a, not _dt(a).is_bool, "numeric operands")
+    check_operand("mod", a, not _dt(a).is_bool, "numeric operands")
     if _dt(a).is_float: return _float_divmod(a, b)[1]
     r = lax.rem(a, b)
     if _dt(a).is_unsigned: return r
@@ -443,7 +339,7 @@ def _log2_hi_lo(a: Array) -> tuple[Array, Array]:
     tiny = a < 2.0 ** -1022
     scaled = where(tiny, a * 2.0 ** 54, a)
     bits = _float_bits(scaled)[0]
-    e = _cast(lax.bitwise_and(lax.shift_right(bits, 52), 0x7FF) - 1023, dtypes.float64)
+    e = cast(lax.bitwise_and(lax.shift_right(bits, 52), 0x7FF) - 1023, dtypes.float64)
     m = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, (1 << 52) - 1), 1023 << 52), dtypes.float64)
     big = m > math.sqrt(2.0)
     m = where(big, m * 0.5, m)
@@ -478,7 +374,7 @@ def _float_power(x: Array, y: Array) -> Array:
     """x ** y = 2 ** (y * log2|x|) with numpy's special cases: float32 computes it in float64; float64 carries
     log2|x| and its product with y in two floats each (else results near 2**1000 lose 10 bits)."""
     dt = _dt(x)
-    if dt.itemsize < 8: x, y = _cast(x, dtypes.float64), _cast(y, dtypes.float64)
+    if dt.itemsize < 8: x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
     if dt.itemsize < 8: magnitude = lax.exp2(y * lax.log2(_abs(x)))
     else:
         log_hi, log_lo = _log2_hi_lo(_abs(x))
@@ -494,7 +390,7 @@ def _float_power(x: Array, y: Array) -> Array:
     out = where((x < 0) & ~y_int & ~isinf(x), _full(x, np.nan), out)  # (-inf) ** 0.5 is inf, as in C
     out = where((_abs(x) == 1) & isinf(y), _full(x, 1.0), out)
     out = where((y == 0) | (x == 1), _full(x, 1.0), out)
-    return _cast(out, dt)
+    return cast(out, dt)
 
 
 def _power_compute(x: Array, y: Array) -> Array:
@@ -502,40 +398,33 @@ def _power_compute(x: Array, y: Array) -> Array:
     return _differentiable_float_power(x, y) if _dt(x).is_float else _int_power(x, y)
 
 
-_power_ufunc = _ufunc("power", _power_compute, numeric=True)
+_power_ufunc = elementwise("power", _power_compute, numeric=True)
 
 
 @eager_op
 def power(x1: Any, x2: Any) -> Array:
     """x1 ** x2 elementwise. A static Python int exponent uses repeated multiplication (lax.integer_pow);
     integer arrays use square-and-multiply; floats use exp2(y*log2|x|) with numpy's sign/zero/inf rules."""
-    if isinstance(x2, int) and not isinstance(x2, bool) and not _is_python_scalar(x1):
-        a = _arr(x1, "power")
+    if isinstance(x2, int) and not isinstance(x2, bool) and not is_python_scalar(x1):
+        a = as_operand(x1, "power")
         if not _dt(a).is_bool and (_dt(a).is_float or x2 >= 0): return lax.integer_pow(a, x2)
         if not _dt(a).is_bool:
             raise ValueError(at_user_line(f"power: integers to negative integer powers are not allowed "
-                                          f"({_shape_str(a)} ** {x2})"))
+                                          f"({shape_str(a)} ** {x2})"))
     return _power_ufunc(x1, x2)
 
 
-add = _ufunc("add", lax.add)
-def _subtract(a: Array, b: Array) -> Array:
-    _require("subtract", a, not _dt(a).is_bool, "numeric operands (use logical_xor for bools)")
-    return lax.sub(a, b)
-
-
-subtract = _ufunc("subtract", _subtract)
-multiply = _ufunc("multiply", lax.mul)
-true_divide = divide = _ufunc("divide", lax.div, to_float=True, doc="x1 / x2 as floats (integers -> float32).")
-floor_divide = _ufunc("floor_divide", _floor_divide, doc="x1 // x2 rounded toward -inf, like numpy.", numeric=True)
-mod = remainder = _ufunc("mod", _mod, doc="x1 % x2 with the sign of the divisor, like numpy.", numeric=True)
-maximum = _ufunc("maximum", _maximum, doc="Elementwise maximum; NaN propagates.")
-minimum = _ufunc("minimum", _minimum, doc="Elementwise minimum; NaN propagates.")
-negative = _ufunc("negative", _negate, doc="-x elementwise (unsigned integers wrap).")
-positive = _ufunc("positive", lambda a: a)
-abs = absolute = _ufunc("abs", _abs, doc="|x| elementwise (identity for unsigned and bool).")  # noqa: A001
-sign = _ufunc("sign", _sign, doc="-1, 0 or 1 by the sign of x (NaN stays NaN).")
-square = _ufunc("square", lambda a: a * a, numeric=True)
+# the functions behind Array's operators are fnx.trace's: Array sits below fnx.numpy and builds them itself
+add, subtract, multiply, negative, positive = (_trace.add, _trace.subtract, _trace.multiply, _trace.negative,
+                                               _trace.positive)
+true_divide = divide = _trace.divide
+floor_divide = elementwise("floor_divide", _floor_divide, doc="x1 // x2 rounded toward -inf, like numpy.", numeric=True)
+mod = remainder = elementwise("mod", _mod, doc="x1 % x2 with the sign of the divisor, like numpy.", numeric=True)
+maximum = elementwise("maximum", _maximum, doc="Elementwise maximum; NaN propagates.")
+minimum = elementwise("minimum", _minimum, doc="Elementwise minimum; NaN propagates.")
+abs = absolute = elementwise("abs", _abs, doc="|x| elementwise (identity for unsigned and bool).")  # noqa: A001
+sign = elementwise("sign", _sign, doc="-1, 0 or 1 by the sign of x (NaN stays NaN).")
+square = elementwise("square", lambda a: a * a, numeric=True)
 
 
 # ---- transcendental functions (float approximations over the primitive set) ----
@@ -679,7 +568,7 @@ def _quadrant_sin_cos(x: Array) -> tuple[Array, Array, Array]:
     """For float32 x: the quadrant q of |x| and float64 sin(r), cos(r) of its reduced argument (Taylor series on
     |r| <= pi/4: truncation below 1e-16, so rounding to float32 is right but for exact ties; plain multiply-adds
     that vectorize)."""
-    q, r = _reduce_quadrant(_cast(_abs(x), dtypes.float64))
+    q, r = _reduce_quadrant(cast(_abs(x), dtypes.float64))
     z = r * r
     return q, r + r * z * _horner(z, _SIN_TAYLOR, fused=True), 1 + z * _horner(z, _COS_TAYLOR, fused=True)
 
@@ -701,7 +590,7 @@ def _cos(x: Array) -> Array:
     """cos x by quadrant: +-cos r or +-sin r of the exactly reduced argument (float64 inputs: from sines)."""
     if _dt(x) is dtypes.float64: return _cos_from_sines(x)[1]
     q, s, c = _quadrant_sin_cos(x)
-    return _cast(where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s))), _dt(x))
+    return cast(where(q == 0, c, where(q == 1, lax.neg(s), where(q == 2, lax.neg(c), s))), _dt(x))
 
 
 def _tan(x: Array) -> Array:
@@ -711,7 +600,7 @@ def _tan(x: Array) -> Array:
         return s / c
     q, s, c = _quadrant_sin_cos(x)
     odd = (q == 1) | (q == 3)
-    t = _cast(where(odd, lax.neg(c), s) / where(odd, s, c), _dt(x))
+    t = cast(where(odd, lax.neg(c), s) / where(odd, s, c), _dt(x))
     return where(_signbit(x), lax.neg(t), t)
 
 
@@ -849,7 +738,6 @@ def _with_derivative(compute, derivative):
     """`compute` with an explicit derivative (a custom_jvp): `derivative(*xs, y)` gives dy/dx_i per argument.
     The approximations behind these functions select between branches, and differentiating through a branch
     that is not taken can turn a zero cotangent into 0 * inf = NaN; the closed form has no such branches."""
-    from fnx.transforms.custom import custom_jvp
     fun = custom_jvp(compute)
 
     @fun.defjvp
@@ -869,7 +757,7 @@ def _odd(compute):
 
 def _float_ufunc(name: str, compute, doc: str, derivative=None):
     compute = _float_math(compute)
-    return _ufunc(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
+    return elementwise(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
 
 
 exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).", lambda x, y: (y,))
@@ -886,17 +774,17 @@ def _exp_nonpositive_compute(x: Array) -> Array:
 # flushed to 0 as on XLA's CPU backend: one 2^n scaling instead of two
 _exp_nonpositive = _float_ufunc("exp", _exp_nonpositive_compute, "e ** x for x <= 0 (subnormal results are 0).",
                                 lambda x, y: (y,))
-exp2 = _ufunc("exp2", lax.exp2, to_float=True, doc="2 ** x elementwise.")
+exp2 = elementwise("exp2", lax.exp2, to_float=True, doc="2 ** x elementwise.")
 log = _float_ufunc("log", _log, "Natural logarithm elementwise.", lambda x, y: (1 / x,))
-log2 = _ufunc("log2", lax.log2, to_float=True, doc="Base-2 logarithm elementwise.")
+log2 = elementwise("log2", lax.log2, to_float=True, doc="Base-2 logarithm elementwise.")
 log10 = _float_ufunc("log10", lambda x: lax.log2(x) * 0.30102999566398120, "Base-10 logarithm elementwise.")
 log1p = _float_ufunc("log1p", _log1p, "log(1 + x), accurate for small |x|.", lambda x, y: (1 / (1 + x),))
 expm1 = _float_ufunc("expm1", _expm1, "exp(x) - 1, accurate for small |x|.", lambda x, y: (y + 1,))
-sqrt = _ufunc("sqrt", lax.sqrt, to_float=True, doc="Square root elementwise.")
-rsqrt = _ufunc("rsqrt", lambda x: lax.recip(lax.sqrt(x)), to_float=True, doc="1 / sqrt(x) elementwise.")
-reciprocal = _ufunc("reciprocal", lax.recip, to_float=True,
+sqrt = elementwise("sqrt", lax.sqrt, to_float=True, doc="Square root elementwise.")
+rsqrt = elementwise("rsqrt", lambda x: lax.recip(lax.sqrt(x)), to_float=True, doc="1 / sqrt(x) elementwise.")
+reciprocal = elementwise("reciprocal", lax.recip, to_float=True,
                     doc="1 / x elementwise; integers give floats, as in JAX (numpy divides them as integers).")
-sin = _ufunc("sin", lax.sin, to_float=True, doc="Sine elementwise.")
+sin = elementwise("sin", lax.sin, to_float=True, doc="Sine elementwise.")
 cos = _float_ufunc("cos", _cos, "Cosine elementwise.", lambda x, y: (lax.neg(lax.sin(x)),))
 tan = _float_ufunc("tan", _tan, "Tangent elementwise.", lambda x, y: (1 + y * y,))
 tanh = _float_ufunc("tanh", _tanh, "Hyperbolic tangent elementwise (exactly +-1 for large |x|).",
@@ -920,7 +808,7 @@ _differentiable_float_power = _with_derivative(
 
 
 def _rounding(name: str, compute, doc: str):
-    return _ufunc(name, lambda x: compute(x) if _dt(x).is_float else x, doc=doc)
+    return elementwise(name, lambda x: compute(x) if _dt(x).is_float else x, doc=doc)
 
 
 floor = _rounding("floor", _floor, "Round toward -inf elementwise (integers are returned unchanged).")
@@ -932,13 +820,13 @@ rint = _rounding("rint", _rint, "Round half to even elementwise.")
 @eager_op
 def round(a: Any, decimals: int = 0) -> Array:  # noqa: A001
     """Round half to even to `decimals` decimal places (like numpy: scale, round, unscale)."""
-    x = _arr(a, "round")
+    x = as_operand(a, "round")
     if not _dt(x).is_float:
         if decimals >= 0: return x
-        raise UnsupportedError(at_user_line(f"round: negative decimals for integer arrays ({_shape_str(x)})"))
+        raise UnsupportedError(at_user_line(f"round: negative decimals for integer arrays ({shape_str(x)})"))
     if decimals == 0: return rint(x)
     scale = 10.0 ** decimals
-    return _weak(_float_math(lambda v: _rint(v * scale) / scale)(x), x.weak_type)
+    return with_weak(_float_math(lambda v: _rint(v * scale) / scale)(x), x.weak_type)
 
 
 around = round
@@ -946,57 +834,26 @@ around = round
 
 # ---- comparisons and logic ----
 
-def _equal(a: Array, b: Array) -> Array:
-    return ~lax.ne(a, b)
-
-
-def _less_equal(a: Array, b: Array) -> Array:
-    return lax.lt(a, b) | _equal(a, b) if _dt(a).is_float else ~lax.lt(b, a)
+# (Array's operators, as in arithmetic above)
+equal, not_equal, less, greater = _trace.equal, _trace.not_equal, _trace.less, _trace.greater
+less_equal, greater_equal = _trace.less_equal, _trace.greater_equal
+bitwise_and, bitwise_or, bitwise_xor = _trace.bitwise_and, _trace.bitwise_or, _trace.bitwise_xor
+left_shift, right_shift = _trace.left_shift, _trace.right_shift
+invert = bitwise_not = _trace.invert
 
 
 def _as_bool(a: Array) -> Array:
     return a if _dt(a).is_bool else lax.ne(a, _full(a, 0))
 
 
-def _bitwise(name: str, lax_fn, doc: str):
-    def compute(a: Array, b: Array) -> Array:
-        _require(name, a, not _dt(a).is_float, "integer or bool operands")
-        return lax_fn(a, b)
-    return _ufunc(name, compute, doc=doc)
-
-
-def _shift(name: str, lax_fn):
-    def compute(a: Array, b: Array) -> Array:
-        _require(name, a, _dt(a).is_int, "integer operands")
-        return lax_fn(a, b)
-    return _ufunc(name, compute, doc=f"Elementwise {name} of integer arrays.", numeric=True)
-
-
-def _invert(a: Array) -> Array:
-    _require("invert", a, not _dt(a).is_float, "an integer or bool operand")
-    return lax.bitwise_xor(a, _full(a, True if _dt(a).is_bool else -1))
-
-
-equal = _ufunc("equal", _equal)
-not_equal = _ufunc("not_equal", lax.ne)
-less = _ufunc("less", lax.lt)
-greater = _ufunc("greater", lambda a, b: lax.lt(b, a))
-less_equal = _ufunc("less_equal", _less_equal)
-greater_equal = _ufunc("greater_equal", lambda a, b: _less_equal(b, a))
-bitwise_and = _bitwise("bitwise_and", lax.bitwise_and, "Elementwise & of integer or bool arrays.")
-bitwise_or = _bitwise("bitwise_or", lax.bitwise_or, "Elementwise | of integer or bool arrays.")
-bitwise_xor = _bitwise("bitwise_xor", lax.bitwise_xor, "Elementwise ^ of integer or bool arrays.")
-invert = bitwise_not = _ufunc("invert", _invert, doc="Elementwise ~ (bitwise not; logical not for bools).")
-left_shift = _shift("left_shift", lax.shift_left)
-right_shift = _shift("right_shift", lax.shift_right)
-logical_and = _ufunc("logical_and", lambda a, b: lax.bitwise_and(_as_bool(a), _as_bool(b)))
-logical_or = _ufunc("logical_or", lambda a, b: lax.bitwise_or(_as_bool(a), _as_bool(b)))
-logical_xor = _ufunc("logical_xor", lambda a, b: lax.bitwise_xor(_as_bool(a), _as_bool(b)))
-logical_not = _ufunc("logical_not", lambda a: lax.bitwise_xor(_as_bool(a), True))
-isnan = _ufunc("isnan", lambda a: lax.ne(a, a) if _dt(a).is_float else _full(a, False, dtypes.bool_))
-isinf = _ufunc("isinf", lambda a: _equal(_abs(a), _full(a, np.inf)) if _dt(a).is_float
+logical_and = elementwise("logical_and", lambda a, b: lax.bitwise_and(_as_bool(a), _as_bool(b)))
+logical_or = elementwise("logical_or", lambda a, b: lax.bitwise_or(_as_bool(a), _as_bool(b)))
+logical_xor = elementwise("logical_xor", lambda a, b: lax.bitwise_xor(_as_bool(a), _as_bool(b)))
+logical_not = elementwise("logical_not", lambda a: lax.bitwise_xor(_as_bool(a), True))
+isnan = elementwise("isnan", lambda a: lax.ne(a, a) if _dt(a).is_float else _full(a, False, dtypes.bool_))
+isinf = elementwise("isinf", lambda a: _abs(a) == _full(a, np.inf) if _dt(a).is_float
                else _full(a, False, dtypes.bool_))
-isfinite = _ufunc("isfinite", lambda a: lax.lt(_abs(a), _full(a, np.inf)) if _dt(a).is_float
+isfinite = elementwise("isfinite", lambda a: lax.lt(_abs(a), _full(a, np.inf)) if _dt(a).is_float
                   else _full(a, True, dtypes.bool_))
 
 
@@ -1004,7 +861,7 @@ isfinite = _ufunc("isfinite", lambda a: lax.lt(_abs(a), _full(a, np.inf)) if _dt
 def clip(arr: Any = None, min: Any = None, max: Any = None, *, a: Any = None, a_min: Any = None,  # noqa: A002
          a_max: Any = None) -> Array:
     """Limit values to [min, max] (either may be None); NaN stays NaN. Example: clip(x, 0, 1)."""
-    x = _arr(arr if arr is not None else a, "clip")
+    x = as_operand(arr if arr is not None else a, "clip")
     lo, hi = (min if min is not None else a_min), (max if max is not None else a_max)
     if lo is not None: x = maximum(x, lo)
     if hi is not None: x = minimum(x, hi)
@@ -1017,9 +874,9 @@ def where(condition: Any, x: Any = None, y: Any = None, /) -> Array | tuple[Arra
     elements (like `nonzero`; needs a concrete value, so not under jit)."""
     if x is None and y is None: return nonzero(condition)
     if x is None or y is None: raise ValueError(at_user_line("where: give either both x and y or neither"))
-    c = _arr(condition, "where")
-    (c, x, y), weak = _prep("where", _as_bool(c), x, y)
-    return _weak(lax.select(_as_bool(c), x, y), weak)
+    c = as_operand(condition, "where")
+    (c, x, y), weak = prepare("where", _as_bool(c), x, y)
+    return with_weak(lax.select(_as_bool(c), x, y), weak)
 
 
 def _concrete(x: Any, name: str) -> np.ndarray:
@@ -1027,7 +884,7 @@ def _concrete(x: Any, name: str) -> np.ndarray:
     if isinstance(x, Array):
         if state.tracing and not x.is_concrete:
             raise ConcretizationError(at_user_line(
-                f"{name}: needs concrete values, but got a traced {_shape_str(x)} under jit; the result shape "
+                f"{name}: needs concrete values, but got a traced {shape_str(x)} under jit; the result shape "
                 "would depend on the values. Use fnx.numpy.where(mask, x, other) instead"))
         return np.asarray(x)
     return np.asarray(x)
@@ -1051,7 +908,7 @@ def nonzero(a: Any) -> tuple[Array, ...]:
 
 def _reduce_axes(a: Array, axis: Any, name: str) -> tuple[int, ...]:
     if axis is None: return tuple(range(a.ndim))
-    return tuple(sorted(lax._axes(axis, a.ndim, name)))
+    return tuple(sorted(normalize_axes(axis, a.ndim, name)))
 
 
 def _sum_dtype(dt: DType) -> DType:
@@ -1062,13 +919,13 @@ def _sum_dtype(dt: DType) -> DType:
 
 def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: bool, where_mask: Any,
                 identity: int) -> Array:
-    x = _arr(a, name)
+    x = as_operand(a, name)
     axes = _reduce_axes(x, axis, name)
     out_dtype = dtypes.to_dtype(dtype) if dtype is not None else _sum_dtype(_dt(x))
     acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
-    x = _cast(x, acc)
+    x = cast(x, acc)
     if where_mask is not None: x = globals()["where"](where_mask, x, _full(x, identity))
-    return _weak(_cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype), False)  # reductions are strong in JAX
+    return with_weak(cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype), False)  # reductions are strong in JAX
 
 
 @eager_op
@@ -1091,12 +948,12 @@ def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims
 def _extreme(name: str, take_max: bool):
     def fn(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, initial: Any = None,
            where: Any = None) -> Array:
-        x = _arr(a, name)
+        x = as_operand(a, name)
         axes = _reduce_axes(x, axis, name)
         if initial is None and (where is not None or builtins.any(x.shape[i] == 0 for i in axes)):
             if where is not None:
                 raise ValueError(at_user_line(f"{name}: reduction with where= needs an initial value"))
-            raise ValueError(at_user_line(f"{name}: zero-size array {_shape_str(x)} reduced over axes {axes} "
+            raise ValueError(at_user_line(f"{name}: zero-size array {shape_str(x)} reduced over axes {axes} "
                                           "has no identity; pass initial="))
         key = x if take_max else lax._order_reversed(x)
         if where is not None:
@@ -1105,7 +962,7 @@ def _extreme(name: str, take_max: bool):
         best = lax.reduce_max(key, axes, keepdims=keepdims)
         best = best if take_max else lax._order_reversed(best)
         if initial is not None: best = (maximum if take_max else minimum)(best, initial)
-        return _weak(best, False)
+        return with_weak(best, False)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"The {'largest' if take_max else 'smallest'} element over `axis` (NaN propagates). "
                   "Raises ValueError for an empty reduction without `initial`.")
@@ -1118,11 +975,11 @@ min = amin = _extreme("min", False)  # noqa: A001
 
 def _arg_reduction(name: str, lax_fn):
     def fn(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
-        x = _arr(a, name)
+        x = as_operand(a, name)
         if axis is None:
             out = lax_fn(ravel(x), 0, dtypes.int32)
             return lax.reshape(out, (1,) * x.ndim) if keepdims else out
-        axis = lax._axes(axis, x.ndim, name)[0]
+        axis = normalize_axes(axis, x.ndim, name)[0]
         out = lax_fn(x, axis, dtypes.int32)
         return expand_dims(out, axis) if keepdims else out
     fn.__name__ = fn.__qualname__ = name
@@ -1137,7 +994,7 @@ argmin = _arg_reduction("argmin", lax.argmin)
 @eager_op
 def any(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
     """Whether any element over `axis` is true (nonzero)."""
-    x = _as_bool(_arr(a, "any"))
+    x = _as_bool(as_operand(a, "any"))
     if where is not None: x = logical_and(x, where)
     return lax.reduce_max(x, _reduce_axes(x, axis, "any"), keepdims=keepdims)
 
@@ -1145,7 +1002,7 @@ def any(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, w
 @eager_op
 def all(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
     """Whether every element over `axis` is true (nonzero)."""
-    x = logical_not(_arr(a, "all"))
+    x = logical_not(as_operand(a, "all"))
     if where is not None: x = logical_and(x, where)
     return logical_not(lax.reduce_max(x, _reduce_axes(x, axis, "all"), keepdims=keepdims))
 
@@ -1158,28 +1015,28 @@ def _count(x: Array, axes: tuple[int, ...]) -> int:
 def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False, *,
          where: Any = None) -> Array:
     """Arithmetic mean over `axis`; integers give float32 (float64 for 64-bit ints). Empty reductions give NaN."""
-    x = _arr(a, "mean")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(x))
+    x = as_operand(a, "mean")
+    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
     axes = _reduce_axes(x, axis, "mean")
     work = dtypes.float32 if dt.itemsize < 4 else dt  # as JAX: a 16-bit mean divides in float32 (no overflow)
     total = sum(x, axis=axes, dtype=work, keepdims=keepdims, where=where)
-    count = _count(x, axes) if where is None else sum(_broadcast(_as_bool(_arr(where)), x.shape), axis=axes,
+    count = _count(x, axes) if where is None else sum(_broadcast(_as_bool(as_operand(where)), x.shape), axis=axes,
                                                       dtype=work, keepdims=keepdims)
-    return _cast(total / (count if isinstance(count, int) else count), dt)
+    return cast(total / (count if isinstance(count, int) else count), dt)
 
 
 @eager_op
 def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False) -> Array:
     """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof)."""
-    x = _arr(a, "var")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else _inexact(_dt(x))
+    x = as_operand(a, "var")
+    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
     work = dtypes.float32 if dt.itemsize < 4 else dt
-    x = _cast(x, work)
+    x = cast(x, work)
     axes = _reduce_axes(x, axis, "var")
     centered = x - mean(x, axis=axes, keepdims=True)
     n = _count(x, axes)
-    return _cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
+    return cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
 
 
 @eager_op
@@ -1191,13 +1048,13 @@ def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int
 
 def _cumulative(name: str, lax_fn):
     def fn(a: Any, axis: int | None = None, dtype: Any = None, out: None = None) -> Array:
-        x = _arr(a, name)
+        x = as_operand(a, name)
         if axis is None: x, axis = ravel(x), 0
         # unlike sum/prod, JAX keeps small integer dtypes (int8 stays int8, wrapping); bools count as int32
         default = dtypes.int32 if _dt(x).is_bool else _dt(x)
         out_dtype = dtypes.to_dtype(dtype) if dtype is not None else default
         acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
-        return _weak(_cast(lax_fn(_cast(x, acc), lax._axes(axis, x.ndim, name)[0]), out_dtype), False)
+        return with_weak(cast(lax_fn(cast(x, acc), normalize_axes(axis, x.ndim, name)[0]), out_dtype), False)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"Running {name[3:]} along `axis` (None: of the flattened array), an O(n log n) log-step scan. "
                   "The result keeps the input dtype (bools give int32), as in JAX; float16/bfloat16 accumulate in "
@@ -1224,9 +1081,9 @@ def _resolve_shape(shape: Any, size: int, name: str) -> tuple[int, ...]:
 @eager_op
 def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None) -> Array:
     """`a` with a new shape of the same size (one entry may be -1). Only C order is supported."""
-    x = _arr(a, "reshape")
+    x = as_operand(a, "reshape")
     if order != "C": raise UnsupportedError(at_user_line(f"reshape: only order='C' is supported, got {order!r}"))
-    return _weak(lax.reshape(x, _resolve_shape(shape if shape is not None else newshape, x.size, "reshape")),
+    return with_weak(lax.reshape(x, _resolve_shape(shape if shape is not None else newshape, x.size, "reshape")),
                  x.weak_type)
 
 
@@ -1239,16 +1096,16 @@ def ravel(a: Any, order: str = "C") -> Array:
 @eager_op
 def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
     """Permute the axes (reverse them when `axes` is None)."""
-    x = _arr(a, "transpose")
+    x = as_operand(a, "transpose")
     perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(axes)
-    return _weak(lax.transpose(x, perm), x.weak_type)
+    return with_weak(lax.transpose(x, perm), x.weak_type)
 
 
 @eager_op
 def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
     """Exchange two axes."""
-    x = _arr(a, "swapaxes")
-    i, j = (lax._axes(v, x.ndim, "swapaxes")[0] for v in (axis1, axis2))
+    x = as_operand(a, "swapaxes")
+    i, j = (normalize_axes(v, x.ndim, "swapaxes")[0] for v in (axis1, axis2))
     perm = list(range(x.ndim))
     perm[i], perm[j] = j, i
     return transpose(x, perm)
@@ -1257,8 +1114,8 @@ def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
 @eager_op
 def moveaxis(a: Any, source: Any, destination: Any) -> Array:
     """Move axes `source` to positions `destination` (ints or sequences of equal length)."""
-    x = _arr(a, "moveaxis")
-    src, dst = lax._axes(source, x.ndim, "moveaxis"), lax._axes(destination, x.ndim, "moveaxis")
+    x = as_operand(a, "moveaxis")
+    src, dst = normalize_axes(source, x.ndim, "moveaxis"), normalize_axes(destination, x.ndim, "moveaxis")
     if len(src) != len(dst):
         raise ValueError(at_user_line(f"moveaxis: source {source} and destination {destination} differ in length"))
     perm = [i for i in range(x.ndim) if i not in src]
@@ -1269,9 +1126,9 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Array:
 @eager_op
 def expand_dims(a: Any, axis: Any) -> Array:
     """Insert size-1 axes at positions `axis` (int or tuple) of the result."""
-    x = _arr(a, "expand_dims")
+    x = as_operand(a, "expand_dims")
     count = 1 if isinstance(axis, (int, np.integer)) else len(axis)
-    axes = lax._axes(axis, x.ndim + count, "expand_dims")
+    axes = normalize_axes(axis, x.ndim + count, "expand_dims")
     dims = iter(x.shape)
     return reshape(x, tuple(1 if i in axes else next(dims) for i in range(x.ndim + count)))
 
@@ -1279,32 +1136,33 @@ def expand_dims(a: Any, axis: Any) -> Array:
 @eager_op
 def squeeze(a: Any, axis: Any = None) -> Array:
     """Remove size-1 axes (all of them, or those in `axis`; ValueError if one of those is not size 1)."""
-    x = _arr(a, "squeeze")
-    axes = tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None else lax._axes(axis, x.ndim, "squeeze")
+    x = as_operand(a, "squeeze")
+    axes = (tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None
+            else normalize_axes(axis, x.ndim, "squeeze"))
     if builtins.any(x.shape[i] != 1 for i in axes):
-        raise ValueError(at_user_line(f"squeeze: cannot remove axes {axes} of {_shape_str(x)}: not of size 1"))
+        raise ValueError(at_user_line(f"squeeze: cannot remove axes {axes} of {shape_str(x)}: not of size 1"))
     return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
 
 @eager_op
 def broadcast_to(array: Any, shape: Any) -> Array:
     """`array` broadcast to `shape` with numpy's rules."""
-    return _broadcast(_arr(array, "broadcast_to"), _shape_arg(shape, "broadcast_to"))
+    return _broadcast(as_operand(array, "broadcast_to"), _shape_arg(shape, "broadcast_to"))
 
 
 @eager_op
 def broadcast_arrays(*args: Any) -> list[Array]:
     """The arguments broadcast against each other (dtypes unchanged)."""
-    arrs = [_arr(x, "broadcast_arrays") for x in args]
+    arrs = [as_operand(x, "broadcast_arrays") for x in args]
     shape = broadcast_shapes(*[x.shape for x in arrs], name="broadcast_arrays")
     return [_broadcast(x, shape) for x in arrs]
 
 
 def _promote_all(name: str, arrays: Sequence[Any]) -> list[Array]:
-    arrs = [_arr(x, name) for x in arrays]
+    arrs = [as_operand(x, name) for x in arrays]
     if not arrs: raise ValueError(at_user_line(f"{name}: needs at least one array"))
-    dt, weak = dtypes.result_type(*[(_dt(x), x.weak_type) for x in arrs])
-    return [_weak(_cast(x, dt), weak) for x in arrs]
+    arrs, weak = promote(arrs)
+    return [with_weak(x, weak) for x in arrs]
 
 
 @eager_op
@@ -1314,18 +1172,15 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
     if axis is None: arrs, axis = [ravel(x) for x in arrs], 0
     if builtins.any(x.ndim == 0 for x in arrs):
         raise ValueError(at_user_line("concatenate: zero-dimensional arrays cannot be concatenated"))
-    out = _weak(lax.concatenate(arrs, lax._axes(axis, arrs[0].ndim, "concatenate")[0]), arrs[0].weak_type)
-    return out if dtype is None else _cast(out, dtypes.to_dtype(dtype))
+    out = with_weak(lax.concatenate(arrs, normalize_axes(axis, arrs[0].ndim, "concatenate")[0]), arrs[0].weak_type)
+    return out if dtype is None else cast(out, dtypes.to_dtype(dtype))
 
 
 @eager_op
 def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
     """Join arrays of one shape along a new `axis`."""
-    arrs = _promote_all("stack", arrays)
-    if builtins.any(x.shape != arrs[0].shape for x in arrs):
-        raise ShapeError(at_user_line(f"stack: all input arrays must have the same shape, got {_shape_str(*arrs)}"))
-    axis = lax._axes(axis, arrs[0].ndim + 1, "stack")[0]
-    return concatenate([expand_dims(x, axis) for x in arrs], axis, dtype)
+    out = stack_arrays([as_operand(x, "stack") for x in arrays], axis)
+    return out if dtype is None else cast(out, dtypes.to_dtype(dtype))
 
 
 def _slice_axis(x: Array, start: int, stop: int, axis: int) -> Array:
@@ -1335,8 +1190,8 @@ def _slice_axis(x: Array, start: int, stop: int, axis: int) -> Array:
 @eager_op
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
     """Split into equal sections (an int that divides the axis) or at the given indices."""
-    x = _arr(ary, "split")
-    axis = lax._axes(axis, x.ndim, "split")[0]
+    x = as_operand(ary, "split")
+    axis = normalize_axes(axis, x.ndim, "split")[0]
     n = x.shape[axis]
     if isinstance(indices_or_sections, (int, np.integer)):
         sections = int(indices_or_sections)
@@ -1353,40 +1208,40 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
 @eager_op
 def tile(A: Any, reps: Any) -> Array:
     """Repeat the whole array `reps` times along each axis."""
-    x = _arr(A, "tile")
+    x = as_operand(A, "tile")
     reps = lax.canonical_shape(reps, "tile")
     ndim = builtins.max(x.ndim, len(reps))
     shape, reps = (1,) * (ndim - x.ndim) + x.shape, (1,) * (ndim - len(reps)) + reps
     interleaved = lax.reshape(x, tuple(v for s in shape for v in (1, s)))
     spread = lax.expand(interleaved, tuple(v for r, s in zip(reps, shape) for v in (r, s)))
-    return _weak(lax.reshape(spread, tuple(r * s for r, s in zip(reps, shape))), x.weak_type)
+    return with_weak(lax.reshape(spread, tuple(r * s for r, s in zip(reps, shape))), x.weak_type)
 
 
 @eager_op
 def repeat(a: Any, repeats: Any, axis: int | None = None, total_repeat_length: int | None = None) -> Array:
     """Repeat each element `repeats` times (an int, or one static count per element) along `axis`
     (None: of the flattened array)."""
-    x = _arr(a, "repeat")
+    x = as_operand(a, "repeat")
     if axis is None: x, axis = ravel(x), 0
-    axis = lax._axes(axis, x.ndim, "repeat")[0]
+    axis = normalize_axes(axis, x.ndim, "repeat")[0]
     counts = _concrete_ints(repeats, "repeat", "repeats")
     if counts.ndim == 0 or counts.size == 1:
         r, n = int(counts.reshape(-1)[0]), x.shape[axis]
         spread = lax.expand(lax.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:]),
                             x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
-        return _weak(lax.reshape(spread, x.shape[:axis] + (n * r,) + x.shape[axis + 1:]), x.weak_type)
+        return with_weak(lax.reshape(spread, x.shape[:axis] + (n * r,) + x.shape[axis + 1:]), x.weak_type)
     if counts.shape != (x.shape[axis],) or (counts < 0).any():
         raise ValueError(at_user_line(f"repeat: repeats of shape {counts.shape} do not fit axis {axis} of "
-                                      f"{_shape_str(x)}"))
+                                      f"{shape_str(x)}"))
     index = np.repeat(np.arange(x.shape[axis], dtype=np.int32), counts)
-    return _weak(lax.gather_axis(x, lax.constant_array(index), axis), x.weak_type)
+    return with_weak(lax.gather_axis(x, lax.constant_array(index), axis), x.weak_type)
 
 
 @eager_op
 def flip(m: Any, axis: Any = None) -> Array:
     """Reverse the order of elements along `axis` (None: all axes)."""
-    x = _arr(m, "flip")
-    return _weak(lax.rev(x, _reduce_axes(x, axis, "flip")), x.weak_type)
+    x = as_operand(m, "flip")
+    return with_weak(lax.rev(x, _reduce_axes(x, axis, "flip")), x.weak_type)
 
 
 def _pad_side(x: Array, axis: int, width: int, before: bool, mode: str) -> Array:
@@ -1412,22 +1267,22 @@ def _pad_side(x: Array, axis: int, width: int, before: bool, mode: str) -> Array
 def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Array:
     """Pad with `pad_width` ((before, after) per axis, or one pair / int for all) in mode 'constant'
     (`constant_values`), 'edge', 'reflect', 'symmetric' or 'wrap', like numpy.pad."""
-    x = _arr(array, "pad")
+    x = as_operand(array, "pad")
     widths = np.broadcast_to(_concrete_ints(pad_width, "pad", "pad_width").reshape(
         (-1, 2) if np.size(pad_width) > 2 else (-1,)), (x.ndim, 2))
     if (widths < 0).any(): raise ValueError(at_user_line(f"pad: negative pad_width {pad_width}"))
     if mode == "constant":
         values = constant_values
         if isinstance(values, Array) or np.size(values) == 1:
-            return _weak(lax.pad(x, _cast(_arr(values).reshape(()), _dt(x)),
+            return with_weak(lax.pad(x, cast(as_operand(values).reshape(()), _dt(x)),
                                  [(int(b), int(a), 0) for b, a in widths]), x.weak_type)
         per_axis = np.broadcast_to(np.asarray(values), (x.ndim, 2))
         for axis, ((b, a), (vb, va)) in enumerate(zip(widths, per_axis)):
             cfg = [(0, 0, 0)] * x.ndim
             cfg[axis] = (int(b), 0, 0)
-            x = lax.pad(x, _cast(_arr(vb.item()), _dt(x)), cfg)
+            x = lax.pad(x, cast(as_operand(vb.item()), _dt(x)), cfg)
             cfg[axis] = (0, int(a), 0)
-            x = lax.pad(x, _cast(_arr(va.item()), _dt(x)), cfg)
+            x = lax.pad(x, cast(as_operand(va.item()), _dt(x)), cfg)
         return x
     if mode not in ("edge", "reflect", "symmetric", "wrap"):
         raise UnsupportedError(at_user_line(f"pad: mode {mode!r} is not supported"))
@@ -1456,26 +1311,26 @@ def matmul(a: Any, b: Any) -> Array:
     """Matrix product with numpy's rules: 1-D operands gain (then lose) an axis; leading batch axes broadcast."""
     (x, y), weak = _prep_pair("matmul", a, b)
     if x.ndim == 0 or y.ndim == 0:
-        raise ValueError(at_user_line(f"matmul: operands must not be 0-d, got {_shape_str(x, y)}"))
+        raise ValueError(at_user_line(f"matmul: operands must not be 0-d, got {shape_str(x, y)}"))
     vec_x, vec_y = x.ndim == 1, y.ndim == 1
     x = lax.reshape(x, (1,) + x.shape) if vec_x else x
     y = lax.reshape(y, y.shape + (1,)) if vec_y else y
     if x.shape[-1] != y.shape[-2]:
-        raise ShapeError(at_user_line(f"matmul: contracting dimensions differ: {_shape_str(x, y)} "
+        raise ShapeError(at_user_line(f"matmul: contracting dimensions differ: {shape_str(x, y)} "
                                       f"({x.shape[-1]} != {y.shape[-2]})"))
     batch = broadcast_shapes(x.shape[:-2], y.shape[:-2], name="matmul")
     x, y = _broadcast(x, batch + x.shape[-2:]), _broadcast(y, batch + y.shape[-2:])
     nb = len(batch)
     out = lax.dot_general(x, y, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
     shape = batch + (() if vec_x else (x.shape[-2],)) + (() if vec_y else (y.shape[-1],))
-    return _weak(lax.reshape(out, shape), weak)
+    return with_weak(lax.reshape(out, shape), weak)
 
 
 def _prep_pair(name: str, a: Any, b: Any) -> tuple[list[Array], bool]:
     """Promote two operands to one dtype without broadcasting them."""
-    x, y = _arr(a, name), _arr(b, name)
+    x, y = as_operand(a, name), as_operand(b, name)
     dt, weak = dtypes.result_type((_dt(x), x.weak_type), (_dt(y), y.weak_type))
-    return [_cast(x, dt), _cast(y, dt)], weak
+    return [cast(x, dt), cast(y, dt)], weak
 
 
 @eager_op
@@ -1486,11 +1341,11 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
     if isinstance(axes, (int, np.integer)):
         n = int(axes)
         if n > builtins.min(x.ndim, y.ndim) or n < 0:
-            raise ShapeError(at_user_line(f"tensordot: cannot contract {n} axes of {_shape_str(x, y)}"))
+            raise ShapeError(at_user_line(f"tensordot: cannot contract {n} axes of {shape_str(x, y)}"))
         ax, ay = tuple(range(x.ndim - n, x.ndim)), tuple(range(n))
     else:
         ax, ay = ((v,) if isinstance(v, (int, np.integer)) else tuple(v) for v in axes)
-    return _weak(lax.dot_general(x, y, ((ax, ay), ((), ()))), weak)
+    return with_weak(lax.dot_general(x, y, ((ax, ay), ((), ()))), weak)
 
 
 @eager_op
@@ -1544,7 +1399,7 @@ def _einsum_parse(subscripts: str, operands: list[Array]) -> tuple[list[list[str
     labels = [expand(t, x.ndim) for t, x in zip(terms, operands)]
     for lab, x, t in zip(labels, operands, terms):
         if len(lab) != x.ndim or builtins.any(not (c.isalpha() or c in dots) for c in lab):
-            raise ValueError(at_user_line(f"einsum: term {t!r} does not fit operand {_shape_str(x)}"))
+            raise ValueError(at_user_line(f"einsum: term {t!r} does not fit operand {shape_str(x)}"))
     if arrow:
         out = expand(output, None)
     else:
@@ -1603,7 +1458,7 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = None, precision: Any
                             preferred_element_type=preferred_element_type)
         lab = batch + [c for c in lab if c not in shared] + [c for c in ylab if c not in shared]
     x, lab = sum_unused(x, lab, [])
-    return _weak(lax.transpose(x, [lab.index(c) for c in out]), arrs[0].weak_type)
+    return with_weak(lax.transpose(x, [lab.index(c) for c in out]), arrs[0].weak_type)
 
 
 # ---- gathers ----
@@ -1617,11 +1472,11 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None,
     """Elements of `a` at `indices` along `axis` (None: of the flattened array); negative indices count from the
     end. Out-of-range indices: mode 'fill' (default, as in JAX: NaN / min int / max uint / True, or
     `fill_value`), 'clip' (clamp to [0, n-1], negative ones too, as in JAX) or 'wrap'."""
-    x = _arr(a, "take")
+    x = as_operand(a, "take")
     if axis is None: x, axis = ravel(x), 0
-    axis = lax._axes(axis, x.ndim, "take")[0]
-    idx = _arr(indices, "take")
-    _require("take", idx, _dt(idx).is_int, "integer indices")
+    axis = normalize_axes(axis, x.ndim, "take")[0]
+    idx = as_operand(indices, "take")
+    check_operand("take", idx, _dt(idx).is_int, "integer indices")
     n = x.shape[axis]
     mode = mode or "fill"
     if mode == "wrap": idx = mod(idx, n)
@@ -1630,13 +1485,13 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None,
     if mode not in ("fill", "clip", "wrap"):
         raise UnsupportedError(at_user_line(f"take: mode {mode!r} is not supported (use 'fill', 'clip' or 'wrap')"))
     if n == 0:
-        if idx.size: raise IndexError(at_user_line(f"take: cannot take from an empty axis {axis} of {_shape_str(x)}"))
+        if idx.size: raise IndexError(at_user_line(f"take: cannot take from an empty axis {axis} of {shape_str(x)}"))
         return lax.full(x.shape[:axis] + idx.shape + x.shape[axis + 1:], 0, _dt(x))
     out = lax.gather_axis(x, idx, axis)
-    if mode != "fill": return _weak(out, x.weak_type)
+    if mode != "fill": return with_weak(out, x.weak_type)
     valid = (idx >= 0) & (idx < n)
     valid = lax.reshape(valid, (1,) * axis + idx.shape + (1,) * (x.ndim - axis - 1))
-    return _weak(where(_broadcast(valid, out.shape), out, _full(out, _fill_default(_dt(x), fill_value))),
+    return with_weak(where(_broadcast(valid, out.shape), out, _full(out, _fill_default(_dt(x), fill_value))),
                  x.weak_type)
 
 
@@ -1657,12 +1512,12 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
     Negative indices count from the end; out-of-range ones give `fill_value` (mode None or 'fill', as in JAX:
     NaN / the extreme int by default) or are clamped (mode 'clip')."""
     fills = _out_of_bounds_mode(mode, _GATHER_MODES | {None: "fill"}, "take_along_axis") == "fill"
-    x, idx = _arr(arr, "take_along_axis"), _arr(indices, "take_along_axis")
+    x, idx = as_operand(arr, "take_along_axis"), as_operand(indices, "take_along_axis")
     if axis is None: x, idx, axis = ravel(x), ravel(idx), 0
     if idx.ndim != x.ndim:
         raise ShapeError(at_user_line(f"take_along_axis: indices and arr must have the same rank, got "
-                                      f"{_shape_str(x, idx)}"))
-    axis = lax._axes(axis, x.ndim, "take_along_axis")[0]
+                                      f"{shape_str(x, idx)}"))
+    axis = normalize_axes(axis, x.ndim, "take_along_axis")[0]
     off = lambda s: s[:axis] + s[axis + 1:]  # noqa: E731
     other = broadcast_shapes(off(x.shape), off(idx.shape), name="take_along_axis")
     x = _broadcast(x, other[:axis] + (x.shape[axis],) + other[axis:])
@@ -1673,7 +1528,7 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None =
         n = x.shape[axis]
         inside = (idx >= -n) & (idx < n)
         out = where(inside, out, _full(out, _fill_default(_dt(x), fill_value)))
-    return _weak(out, x.weak_type)
+    return with_weak(out, x.weak_type)
 
 
 def _gather_linear(x: Array, indexed: list[tuple[int, Array]], shape: tuple[int, ...]) -> Array:
@@ -1685,7 +1540,7 @@ def _gather_linear(x: Array, indexed: list[tuple[int, Array]], shape: tuple[int,
     linear = None
     for d in range(x.ndim):
         if d in given:
-            i = _cast(given[d], itype)
+            i = cast(given[d], itype)
             i = _clamp_index(_normalize_index(i, x.shape[d]), x.shape[d])
         else:
             i = lax.broadcasted_iota(itype, shape, d)
@@ -1722,7 +1577,7 @@ def _expand_key(x: Array, key: Any) -> list[tuple[str, Any]]:
                 idx = k if isinstance(k, Array) else array(np.asarray(k) if np.size(k) else np.zeros(0, np.int32))
                 if not _dt(idx).is_int:
                     raise IndexError(at_user_line(f"indexing: arrays used as indices must be integers or bools, "
-                                                  f"got {_shape_str(idx)}"))
+                                                  f"got {shape_str(idx)}"))
                 items.append(("array", idx))
         else:
             raise IndexError(at_user_line(f"indexing: unsupported index {k!r} of type {type(k).__name__}"))
@@ -1775,8 +1630,8 @@ def _index(x: Array, key: Any, fill: Any = None) -> Array:
                               if kind == "int" else value)
         axis += 1
     if drop: out = lax.reshape(out, tuple(s for i, s in enumerate(out.shape) if i not in drop))
-    if not adv_axes: return _weak(out, x.weak_type)
-    return _weak(_advanced(out, adv_axes, adv_arrays, fill), x.weak_type)
+    if not adv_axes: return with_weak(out, x.weak_type)
+    return with_weak(_advanced(out, adv_axes, adv_arrays, fill), x.weak_type)
 
 
 def _advanced(x: Array, axes: list[int], indices: list[Array], fill: Any) -> Array:
@@ -1795,7 +1650,7 @@ def _advanced(x: Array, axes: list[int], indices: list[Array], fill: Any) -> Arr
     flat = lax.reshape(moved, moved.shape[:at] + (total,) + moved.shape[at + len(axes):])
     linear, valid = None, None
     for i, n, stride in zip(indices, sizes, [math.prod(sizes[k + 1:]) for k in range(len(sizes))]):
-        i = _normalize_index(_broadcast(_cast(i, itype), bshape), n)
+        i = _normalize_index(_broadcast(cast(i, itype), bshape), n)
         ok = (i >= 0) & (i < n)
         valid = ok if valid is None else valid & ok
         term = _clamp_index(i, n) * stride
@@ -1833,10 +1688,10 @@ def _scatter(x: Array, key: Any, values: Any, mode: str, out_of_bounds: str = "d
     JAX's default) or, with out_of_bounds='clip', applied at the clamped index."""
     iota = lax.reshape(lax.iota(_index_dtype(x.size), x.size), x.shape)
     positions = _index(iota, key, fill=-1 if out_of_bounds == "drop" else None)
-    updates = _broadcast(_cast(_arr(values, f"at[].{mode}"), _dt(x)), positions.shape, f"at[].{mode}")
+    updates = _broadcast(cast(as_operand(values, f"at[].{mode}"), _dt(x)), positions.shape, f"at[].{mode}")
     flat = lax.scatter_axis(lax.reshape(x, (x.size,)), lax.reshape(positions, (positions.size,)),
                             lax.reshape(updates, (updates.size,)), 0, mode)
-    return _weak(lax.reshape(flat, x.shape), x.weak_type)
+    return with_weak(lax.reshape(flat, x.shape), x.weak_type)
 
 
 class _IndexUpdateRef:
@@ -1910,10 +1765,7 @@ def size(a: Any) -> int:
     return math.prod(shape(a))
 
 
-@eager_op
-def astype(x: Any, dtype: Any) -> Array:
-    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0)."""
-    return lax.convert_element_type(_arr(x, "astype"), dtypes.to_dtype(dtype))
+astype = _trace.astype
 
 
 def promote_types(a: Any, b: Any) -> np.dtype:
@@ -1926,19 +1778,14 @@ def result_type(*args: Any) -> np.dtype:
     return dtypes.result_type(*args)[0].np
 
 
-# ---- Array methods and operators ----
+# ---- fnx.numpy's part of the Array API (Array.NUMPY_METHODS; its other operators are fnx.trace's) ----
+
+def _method(fn):
+    return lambda self, other: apply_operator(fn, self, other)
+
 
 def _reflected(fn):
-    return lambda self, other: fn(other, self)
-
-
-def _operator(fn):
-    """Binary operators return NotImplemented for operands that are not array-like (so `x == None` is False)."""
-    def method(self, other):
-        if not isinstance(other, (Array, np.ndarray, np.generic, bool, int, float, list, tuple)):
-            return NotImplemented
-        return fn(self, other)
-    return method
+    return lambda self, other: apply_operator(fn, other, self)
 
 
 def _shape_varargs(fn):
@@ -1946,34 +1793,18 @@ def _shape_varargs(fn):
         args[0], (int, np.integer)) else (args if args else None), **kwargs)
 
 
-_ARRAY_METHODS = {
-    "__add__": _operator(add), "__radd__": _operator(_reflected(add)),
-    "__sub__": _operator(subtract), "__rsub__": _operator(_reflected(subtract)),
-    "__mul__": _operator(multiply), "__rmul__": _operator(_reflected(multiply)),
-    "__truediv__": _operator(divide), "__rtruediv__": _operator(_reflected(divide)),
-    "__floordiv__": _operator(floor_divide), "__rfloordiv__": _operator(_reflected(floor_divide)),
-    "__mod__": _operator(mod), "__rmod__": _operator(_reflected(mod)),
-    "__pow__": _operator(power), "__rpow__": _operator(_reflected(power)),
-    "__matmul__": _operator(matmul), "__rmatmul__": _operator(_reflected(matmul)),
-    "__and__": _operator(bitwise_and), "__rand__": _operator(_reflected(bitwise_and)),
-    "__or__": _operator(bitwise_or), "__ror__": _operator(_reflected(bitwise_or)),
-    "__xor__": _operator(bitwise_xor), "__rxor__": _operator(_reflected(bitwise_xor)),
-    "__lshift__": _operator(left_shift), "__rlshift__": _operator(_reflected(left_shift)),
-    "__rshift__": _operator(right_shift), "__rrshift__": _operator(_reflected(right_shift)),
-    "__lt__": _operator(less), "__le__": _operator(less_equal), "__gt__": _operator(greater),
-    "__ge__": _operator(greater_equal), "__eq__": _operator(equal), "__ne__": _operator(not_equal),
-    "__neg__": negative, "__pos__": positive, "__invert__": invert, "__abs__": abs,
-    "__getitem__": _getitem,
+Array.install_numpy_methods({
+    "__getitem__": _getitem, "at": property(_IndexUpdateHelper),
+    "__floordiv__": _method(floor_divide), "__rfloordiv__": _reflected(floor_divide),
+    "__mod__": _method(mod), "__rmod__": _reflected(mod),
+    "__pow__": _method(power), "__rpow__": _reflected(power),
+    "__matmul__": _method(matmul), "__rmatmul__": _reflected(matmul),
+    "__abs__": abs,
     "T": property(lambda self: transpose(self)),
     "mT": property(lambda self: swapaxes(self, -1, -2)),
-    "at": property(_IndexUpdateHelper),
-    "astype": astype, "reshape": _shape_varargs(reshape), "transpose": _shape_varargs(transpose),
+    "reshape": _shape_varargs(reshape), "transpose": _shape_varargs(transpose),
     "flatten": ravel, "ravel": ravel, "squeeze": squeeze, "swapaxes": swapaxes, "repeat": repeat,
     "sum": sum, "mean": mean, "prod": prod, "max": max, "min": min, "argmax": argmax, "argmin": argmin,
     "var": var, "std": std, "all": all, "any": any, "cumsum": cumsum, "cumprod": cumprod,
     "clip": clip, "round": round, "dot": dot, "take": take, "nonzero": nonzero,
-    "copy": lambda self: self, "conj": lambda self: self, "real": property(lambda self: self),
-}
-for _name, _method in _ARRAY_METHODS.items():
-    setattr(Array, _name, _method)
-Array.__hash__ = None
+})

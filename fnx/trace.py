@@ -1,32 +1,36 @@
-"""Arrays, tracing and eager execution.
+"""Arrays, their operators, tracing and eager execution.
 
 An `Array` wraps a UOp. A concrete array's UOp is a BUFFER (a device allocation); under a trace (jit, make_graph)
 arrays wrap lazy graphs over PARAMs. `trace(f, ...)` turns a Python function on pytrees into
 FUNCTION(TUPLE(outputs...), inputs...) where every BUFFER the function closed over became an extra PARAM.
+
+The end of this module turns user values into Arrays (`to_array`, `as_array`) and builds the elementwise
+functions behind Array's operators (`add`, `less`, ...) directly from primitives, with numpy's broadcasting and
+JAX's type promotion; fnx.lax and fnx.numpy build on the same helpers (`promote`, `broadcast_array`, `elementwise`).
 
 Outside any trace, each `fnx.numpy` function runs eagerly: `eager_op` builds its graph lazily, then `realize`
 compiles it once per (graph over PARAMs, device) and runs it.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
-import importlib
 import itertools
 import math
+import operator
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from fnx import dtypes, tree_util
-from fnx.backends.device import Buffer, Executable, canonical_device, get_backend
+from fnx.backends.device import Buffer, Device, Executable, LRUCache, SingleDeviceSharding, get_device
 from fnx.config import config
 from fnx.dtypes import DType
-from fnx.errors import ConcretizationError, UnexpectedTracerError, at_user_line, user_frame
-from fnx.uop import Ops, UOp
+from fnx.errors import ConcretizationError, ShapeError, UnexpectedTracerError, at_user_line, user_frame
+from fnx.rewrite import substitute
+from fnx.uop import GroupOp, Ops, UOp
 
 
 class _State(threading.local):
@@ -36,7 +40,7 @@ class _State(threading.local):
     def __init__(self):
         self.depth = 0              # how deep we are in op building: 0 means eager (each call realizes its result)
         self.tracing = 0            # > 0 inside a trace whose values are abstract (jit, make_graph)
-        self.default_device = canonical_device(config.device)
+        self.default_device = config.device if ":" in config.device else f"{config.device}:0"  # checked on use
         self.bindings: dict = {}    # PARAM -> concrete value, for transforms traced outside jit (Python `if` works)
         self.axis_sizes: dict = {}  # named axes of the enclosing vmaps -> their sizes (for collectives)
         self.trace: TraceInfo | None = None  # the innermost open trace: values built under it belong to it
@@ -68,7 +72,11 @@ def building(tracing: bool = False):
 class Array:
     """An immutable n-dimensional array on a device (or a traced value under jit).
 
-    Arrays support numpy-style operators, indexing, `.at[...]` updates and the reduction methods; see fnx.numpy.
+    Its operators are defined here: `+ - * /`, the comparisons, `& | ^ ~ << >>` and unary `-`/`+` build primitives
+    directly (the elementwise functions at the end of this module: numpy broadcasting, JAX promotion). The rest of
+    the numpy API is numpy algorithms, so fnx.numpy installs it when imported (`import fnx` does): indexing
+    (`x[i]`, iteration, `.at[...]` updates), `//`, `%`, `**`, `@`, `abs()`, `.T` and the methods (`sum`, `mean`,
+    `reshape`, ...) listed in `NUMPY_METHODS`.
 
     A concrete array holds its device `Buffer`; its BUFFER UOp is only built when a graph needs it (`uop`), so
     returning results from a jitted call makes no IR nodes. Its value may still be being computed (asynchronous
@@ -118,13 +126,18 @@ class Array:
         return (self._shape, self._dtype, self.weak_type)
 
     @property
-    def device(self) -> Any:
-        device = self._buffer.device if self._buffer is not None else self.uop.device
-        return importlib.import_module("fnx.devices").device_object(device or state.default_device)
+    def device(self) -> Device:
+        """The Device holding this array (a traced value: the device its graph computes on)."""
+        name = self._buffer.device if self._buffer is not None else self.uop.device
+        return get_device(name or state.default_device)
+
+    def devices(self) -> set[Device]:
+        """The set of devices holding this array (one: fnx arrays are not sharded yet)."""
+        return {self.device}
 
     @property
-    def sharding(self) -> Any:
-        return importlib.import_module("fnx.devices").SingleDeviceSharding(self.device)
+    def sharding(self) -> SingleDeviceSharding:
+        return SingleDeviceSharding(self.device)
 
     @property
     def is_concrete(self) -> bool:
@@ -150,7 +163,6 @@ class Array:
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
                     "with static_argnums"))
             if state.bindings:
-                from fnx.rewrite import substitute
                 return np.asarray(Array(realize([substitute(self.uop, state.bindings)])[0]).__array__())
             self.uop = realize([self.uop])[0]
         return self._buffer.numpy(self._shape)  # read-only, as every buffer's host array: arrays are immutable
@@ -188,6 +200,61 @@ class Array:
 
     __hash__ = None  # arrays are not hashable, as in numpy and JAX
 
+    # ---- operators: the elementwise functions at the end of this module (fnx.numpy exports them as add, less,
+    # ...); an operand that is not array-like gives NotImplemented, so `x == None` is False ----
+    def __add__(self, other): return apply_operator(add, self, other)
+    def __radd__(self, other): return apply_operator(add, other, self)
+    def __sub__(self, other): return apply_operator(subtract, self, other)
+    def __rsub__(self, other): return apply_operator(subtract, other, self)
+    def __mul__(self, other): return apply_operator(multiply, self, other)
+    def __rmul__(self, other): return apply_operator(multiply, other, self)
+    def __truediv__(self, other): return apply_operator(divide, self, other)
+    def __rtruediv__(self, other): return apply_operator(divide, other, self)
+    def __and__(self, other): return apply_operator(bitwise_and, self, other)
+    def __rand__(self, other): return apply_operator(bitwise_and, other, self)
+    def __or__(self, other): return apply_operator(bitwise_or, self, other)
+    def __ror__(self, other): return apply_operator(bitwise_or, other, self)
+    def __xor__(self, other): return apply_operator(bitwise_xor, self, other)
+    def __rxor__(self, other): return apply_operator(bitwise_xor, other, self)
+    def __lshift__(self, other): return apply_operator(left_shift, self, other)
+    def __rlshift__(self, other): return apply_operator(left_shift, other, self)
+    def __rshift__(self, other): return apply_operator(right_shift, self, other)
+    def __rrshift__(self, other): return apply_operator(right_shift, other, self)
+    def __lt__(self, other): return apply_operator(less, self, other)
+    def __le__(self, other): return apply_operator(less_equal, self, other)
+    def __gt__(self, other): return apply_operator(greater, self, other)
+    def __ge__(self, other): return apply_operator(greater_equal, self, other)
+    def __eq__(self, other): return apply_operator(equal, self, other)  # type: ignore[override]
+    def __ne__(self, other): return apply_operator(not_equal, self, other)  # type: ignore[override]
+    def __neg__(self): return negative(self)
+    def __pos__(self): return positive(self)
+    def __invert__(self): return invert(self)
+
+    def astype(self, dtype: Any) -> Array:
+        """This array converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0)."""
+        return astype(self, dtype)
+
+    def copy(self) -> Array: return self  # arrays are immutable: a copy is the array itself
+    def conj(self) -> Array: return self  # (fnx has no complex dtypes)
+    real = property(lambda self: self)
+
+    # The part of the numpy API that is numpy algorithms (indexing, floor division, powers, matmul, reductions,
+    # shapes): fnx.numpy installs exactly these names with `install_numpy_methods` when it is imported.
+    NUMPY_METHODS = ("__getitem__", "at", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+                     "__rpow__", "__matmul__", "__rmatmul__", "__abs__", "T", "mT", "reshape", "transpose", "flatten",
+                     "ravel", "squeeze", "swapaxes", "repeat", "sum", "mean", "prod", "max", "min", "argmax",
+                     "argmin", "var", "std", "all", "any", "cumsum", "cumprod", "clip", "round", "dot", "take",
+                     "nonzero")
+
+    @classmethod
+    def install_numpy_methods(cls, methods: dict[str, Any]) -> None:
+        """Install fnx.numpy's part of the Array API: a method (or property) for each name in `NUMPY_METHODS`."""
+        if set(methods) != set(cls.NUMPY_METHODS):
+            raise TypeError(f"Array.install_numpy_methods: expected the names in Array.NUMPY_METHODS; missing "
+                            f"{sorted(set(cls.NUMPY_METHODS) - set(methods))}, unknown "
+                            f"{sorted(set(methods) - set(cls.NUMPY_METHODS))}")
+        for name, method in methods.items(): setattr(cls, name, method)
+
     def __repr__(self) -> str:
         if self._buffer is None and (state.tracing or (self._trace is not None and self._trace.closed)):
             return f"Traced<{self._dtype}{list(self.shape)}>"
@@ -211,45 +278,13 @@ class Array:
 
 # ---- eager execution ----
 
-class LRUCache:
-    """A mapping bounded to `size` entries that forgets the least recently used one first: compiled code costs
-    memory (an LLVM engine per executable), and a process that keeps making new graphs must not keep them all.
-    (functools.lru_cache memoizes a function of its arguments; here the key is not the whole argument.)"""
-
-    def __init__(self, size: int):
-        self.size, self.entries, self.lock = size, collections.OrderedDict(), threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            value = self.entries.get(key)
-            if value is not None: self.entries.move_to_end(key)
-            return value
-
-    def put(self, key: Any, value: Any) -> Any:
-        with self.lock:
-            self.entries[key] = value
-            self.entries.move_to_end(key)
-            while len(self.entries) > self.size: self.entries.popitem(last=False)
-            return value
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-_executables = LRUCache(config.executables)
-
-
 def compile_function(fn: UOp, device: str) -> Executable:
-    """The cached Executable of FUNCTION `fn` on `device` (compiled on first use; the cache is an LRUCache)."""
-    key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), device)  # unused inputs count too
-    if (exe := _executables.get(key)) is None:
-        exe = _executables.put(key, get_backend(device).compile(fn, device))
-    return exe
+    """The cached Executable of FUNCTION `fn` on `device` (compiled on first use; see Device.compile)."""
+    return get_device(device).compile(fn)
 
 
 def parameterize(outs: list[UOp]) -> tuple[UOp, list[UOp]]:
     """FUNCTION(TUPLE(outs)) with every BUFFER under `outs` replaced by a PARAM; also returns those BUFFERs."""
-    from fnx.rewrite import substitute
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     buffers = [u for u in body.toposort if u.op is Ops.BUFFER]
     params = {b: UOp(Ops.PARAM, b.dtype, (), (i, b.shape, b.device)) for i, b in enumerate(buffers)}
@@ -302,7 +337,7 @@ def _constant_buffer(c: UOp, device: str) -> Buffer:
     """A device buffer holding scalar constant `c` (shared: buffers are immutable)."""
     key = (c, device)
     if (buf := _constant_buffers.get(key)) is None:
-        buf = _constant_buffers.put(key, Buffer.from_numpy(device, np.array(c.arg[0], dtype=c.dtype.np)))
+        buf = _constant_buffers.put(key, get_device(device).allocator.from_numpy(np.array(c.arg[0], c.dtype.np)))
     return buf
 
 
@@ -397,7 +432,9 @@ def _trace(f: Callable, args: tuple, device: str | None, avals: list | None, tra
     avals = [abstract_leaf(x) for x in leaves] if avals is None else avals
     device = device or state.default_device
     tag = (tag if tag is not None else (fresh_tag(),)) if transform else ()
-    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, device) + tag), weak)
+    # a transform's PARAM lives where its argument does (a jit's arguments all live on `device`)
+    places = [(_device_of(x) or device) if transform else device for x in leaves] if leaves else []
+    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, places[i] if i < len(places) else device) + tag), weak)
               for i, (shape, dtype, weak) in enumerate(avals)]
     concrete = transform and not abstract and not state.tracing  # vmap's values are batches: abstract
     bound = {p.uop: _leaf_uop(x, p.uop) for p, x in zip(params, leaves)} if concrete else {}
@@ -408,7 +445,6 @@ def _trace(f: Callable, args: tuple, device: str | None, avals: list | None, tra
             out = f(*tree_util.tree_unflatten(in_tree, params))
     finally:
         state.bindings = previous
-    from fnx.lax import to_array
     out_leaves, out_tree = tree_util.tree_flatten(out)
     with building(tracing=True):
         out_arrays = [to_array(o) for o in out_leaves]
@@ -420,15 +456,18 @@ def _trace(f: Callable, args: tuple, device: str | None, avals: list | None, tra
     return Traced(fn, in_tree, out_tree, consts, [a.weak_type for a in out_arrays])
 
 
+def _device_of(x: Any) -> str | None:
+    if not isinstance(x, Array): return None
+    return x._buffer.device if x._buffer is not None else x._uop.device
+
+
 def _leaf_uop(x: Any, param: UOp) -> UOp:
     """The UOp of an argument leaf (an Array's graph, or a host value as a constant of the PARAM's dtype)."""
-    from fnx.lax import to_array
     return x.uop if isinstance(x, Array) else to_array(np.asarray(x, dtype=param.dtype.np)).uop
 
 
 def inline(traced: Traced, outs: list[UOp], args: list[Any]) -> list[UOp]:
     """Graphs in terms of a transform trace's PARAMs, with the PARAMs replaced by the actual argument leaves."""
-    from fnx.rewrite import substitute
     mapping = {p: _leaf_uop(x, p) for p, x in zip(traced.fn.src[1:], args)}
     root = substitute(UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), mapping)
     return list(root.src)
@@ -437,9 +476,340 @@ def inline(traced: Traced, outs: list[UOp], args: list[Any]) -> list[UOp]:
 def _hoist_constants(outs: list[UOp], params: list[UOp]) -> tuple[UOp, list[UOp]]:
     """FUNCTION(TUPLE(outs), params..., consts...) with closed-over BUFFERs replaced by PARAMs numbered after the
     arguments' PARAMs."""
-    from fnx.rewrite import substitute
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     consts = [u for u in body.toposort if u.op is Ops.BUFFER]
     mapping = {b: UOp(Ops.PARAM, b.dtype, (), (len(params) + i, b.shape, b.device)) for i, b in enumerate(consts)}
     if mapping: body = substitute(body, mapping)
     return UOp(Ops.FUNCTION, dtypes.bool_, (body, *params, *mapping.values())), consts
+
+
+# ---- user values into Arrays ----
+
+def is_python_scalar(x: Any) -> bool:
+    """True for a Python bool, int, float or complex (weakly typed in promotion), not for numpy scalars."""
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
+
+
+def to_array(x: Any, dtype: DType | None = None) -> Array:
+    """An Array for `x` (an Array, numpy array or scalar, or a nested list/tuple of them); Python scalars become
+    weakly typed constants, numpy values keep their dtype (fnx.lax's conversion; fnx.numpy's is `as_operand`)."""
+    if isinstance(x, Array):
+        return x if dtype is None or x.uop.dtype == dtype else cast(x, dtype)
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        scalar_dtype, weak = dtypes.canonicalize_scalar(x)
+        return Array(UOp.const(dtype or scalar_dtype, x), weak and dtype is None)
+    if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__array__"):
+        value = np.asarray(x)
+        if value.dtype == np.dtype("O"):
+            raise TypeError(at_user_line(f"cannot convert an object array to an fnx array: {x!r}"))
+        if dtype is not None and value.dtype != dtype.np:
+            value = value.astype(dtype.np)
+        return constant_array(value)
+    if isinstance(x, (list, tuple)):
+        return to_array(np.asarray(x) if not any(isinstance(e, Array) for e in _flat(x)) else _stack_nested(x), dtype)
+    raise TypeError(at_user_line(f"cannot convert {type(x).__name__} to an fnx array: {x!r}"))
+
+
+def _flat(x: list | tuple):
+    for e in x:
+        yield from (_flat(e) if isinstance(e, (list, tuple)) else [e])
+
+
+def _stack_nested(x: list | tuple) -> Array:
+    """A nested list/tuple holding Arrays as one Array: its rows stacked as jnp.stack does."""
+    return stack_arrays([_stack_nested(e) if isinstance(e, (list, tuple)) else as_operand(e, "stack") for e in x])
+
+
+def constant_array(value: np.ndarray) -> Array:
+    """A concrete Array holding a copy of a numpy array on the default device."""
+    dtype = dtypes.from_numpy(value.dtype)
+    if value.size == 1 or value.ndim == 0:  # small constants stay in the graph, where rewrites can fold them
+        scalar = value.reshape(-1)[0].item() if value.size else 0
+        return Array(UOp.const(dtype, scalar, value.shape))
+    buf = get_device(state.default_device).allocator.from_numpy(value)  # a copy: the caller may change `value`
+    return Array(UOp(Ops.BUFFER, dtype, (), (buf, tuple(value.shape))))
+
+
+def _canonical_host(value: np.ndarray) -> np.ndarray:
+    """Python lists and scalars default to float32 / int32 (int64 only when the values need it), as in JAX."""
+    if value.dtype == np.float64: return value.astype(np.float32)
+    if value.dtype == np.int64 and (value.size == 0 or (value.min() >= -2**31 and value.max() < 2**31)):
+        return value.astype(np.int32)
+    return value
+
+
+def as_array(x: Any, dtype: DType | None = None) -> Array:
+    """`x` as an Array, as jax.numpy.asarray converts it (fnx.numpy.array adds `ndmin` and runs eagerly).
+
+    Args:
+      x: an Array, a numpy array or scalar, a Python scalar, or a (nested) list/tuple of those; lists holding
+        Arrays are stacked.
+      dtype: the result's dtype (default: Python floats/ints give float32/int32, int64 only when the values need
+        it; numpy values keep theirs).
+
+    Returns:
+      An Array, weakly typed when `x` is a Python int or float (or a weakly typed Array) and no dtype is given.
+      Example: `as_array([1, 2])` is int32 [1, 2].
+    """
+    if isinstance(x, Array):
+        out = x
+    elif isinstance(x, (list, tuple)) and any(isinstance(v, Array) for v in _flat(x)):
+        out = stack_arrays([as_array(v) for v in x])
+    else:
+        from_python = isinstance(x, (list, tuple)) or is_python_scalar(x)
+        value = np.asarray(x, dtype=dtype.np if dtype is not None else None)
+        if value.dtype == np.dtype("O") or value.dtype.kind in "US":
+            raise TypeError(at_user_line(f"array: cannot convert {type(x).__name__} {x!r} to an fnx array"))
+        out = constant_array(_canonical_host(value) if from_python and dtype is None else value)
+    out = cast(out, dtype) if dtype is not None else out
+    weak = dtype is None and (x.weak_type if isinstance(x, Array) else is_python_scalar(x))
+    return with_weak(out, weak and not out.uop.dtype.is_bool)
+
+
+def as_operand(x: Any, name: str = "asarray") -> Array:
+    """An argument of array function `name` as an Array: Python scalars stay weakly typed constants (`to_array`),
+    anything else converts as `as_array`; a conversion error names `name`."""
+    if isinstance(x, Array): return x
+    try:
+        return to_array(x) if is_python_scalar(x) else as_array(x)
+    except TypeError as err:
+        message = f"{name}: {err}"
+        raise TypeError(message if "\n  at " in message else at_user_line(message)) from None
+
+
+# ---- dtypes, shapes and nodes: what fnx.lax and fnx.numpy build their ops from ----
+
+def with_weak(a: Array, weak: bool) -> Array:
+    """`a` with its weak-type flag set to `weak` (the same graph)."""
+    return a if a.weak_type == weak else Array(a.uop, weak)
+
+
+def cast(a: Array, dtype: DType) -> Array:
+    """`a` converted to `dtype` (float -> int truncates toward zero, anything -> bool is x != 0), or `a` itself when
+    it has that dtype. Casts of constants fold here, so weak scalars promote without a kernel."""
+    if a.uop.dtype == dtype: return a
+    if a.uop.op is Ops.CONST:
+        value = a.uop.arg[0]
+        if dtype.is_bool: value = value != 0
+        elif dtype.is_int and isinstance(value, float):
+            value = int(value) if math.isfinite(value) else 0
+        return Array(UOp.const(dtype, value, a.shape))
+    return Array(UOp(Ops.CAST, dtype, (a.uop,)))
+
+
+def inexact_dtype(dtype: DType) -> DType:
+    """The float dtype an operation that needs floats computes in (64-bit integers -> float64)."""
+    if dtype.is_float: return dtype
+    return dtypes.float64 if dtype.itemsize == 8 else dtypes.default_float
+
+
+def promote(arrays: Sequence[Array], to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:
+    """`arrays` cast to the dtype they promote to on JAX's lattice (weakly typed values adapt to the others), and
+    whether that result is weakly typed. `to_float`: integers compute in floats (`inexact_dtype`); `numeric`: bools
+    compute as int32 (JAX's numeric promotion: `True // True` is int32 1)."""
+    dtype, weak = dtypes.result_type(*[(a.uop.dtype, a.weak_type) for a in arrays])
+    if to_float: dtype = inexact_dtype(dtype)
+    if numeric and dtype.is_bool: dtype, weak = dtypes.default_int, False
+    return [cast(a, dtype) for a in arrays], weak
+
+
+def shape_str(*arrays: Array) -> str:
+    """`float32[2, 3], int32[3]`: the operands of an op, for its error messages."""
+    return ", ".join(f"{a.uop.dtype}{list(a.shape)}" for a in arrays)
+
+
+def check_operand(name: str, a: Array, ok: bool, what: str) -> None:
+    """Raise TypeError `{name} needs {what}, got <a's dtype and shape>` unless `ok`."""
+    if not ok: raise TypeError(at_user_line(f"{name} needs {what}, got {shape_str(a)}"))
+
+
+def normalize_axes(axes: Sequence[int] | int, ndim: int, name: str) -> tuple[int, ...]:
+    """`axes` (an int or a sequence, possibly negative) as axes of a rank-`ndim` array, raising a ValueError that
+    names the op `name` for out-of-range or repeated ones (TypeError for non-integers)."""
+    out = []
+    for a in (axes if isinstance(axes, (tuple, list)) or np.ndim(axes) else [axes]):
+        try:
+            a = operator.index(a)
+        except TypeError:
+            raise TypeError(at_user_line(f"{name}: axis must be an integer, got {a!r}")) from None
+        if not -ndim <= a < ndim:
+            raise ValueError(at_user_line(f"{name}: axis {a} is out of bounds for an array of rank {ndim}"))
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError(at_user_line(f"{name}: repeated axis in {tuple(axes)}"))
+    return tuple(out)
+
+
+def broadcast_shapes(*shapes: Sequence[int], name: str = "broadcast_shapes") -> tuple[int, ...]:
+    """The numpy broadcast of several shapes; raises ShapeError (a TypeError) naming `name` when they do not fit."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
+        if len(sizes) > 1:
+            raise ShapeError(at_user_line(f"{name}: incompatible shapes for broadcasting: "
+                                          f"{', '.join(str(tuple(s)) for s in shapes)}"))
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def movement(op: Ops, a: Array, arg: Any) -> Array:
+    """One movement node (RESHAPE, EXPAND, PERMUTE, PAD, SHRINK, FLIP) over `a`; keeps its dtype and weak type."""
+    return Array(UOp(op, a.uop.dtype, (a.uop,), arg), a.weak_type)
+
+
+def broadcast_array(a: Array, shape: tuple[int, ...], name: str = "broadcast_to") -> Array:
+    """`a` broadcast to `shape` with numpy's rules (RESHAPE to add leading axes, EXPAND); ShapeError naming `name`
+    when it does not fit. A constant stays a constant."""
+    if a.shape == shape: return a
+    if broadcast_shapes(a.shape, shape, name=name) != shape:
+        raise ShapeError(at_user_line(f"{name}: cannot broadcast {shape_str(a)} to shape {shape}"))
+    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg[0], shape), a.weak_type)
+    ranked = (1,) * (len(shape) - a.ndim) + a.shape
+    out = a if ranked == a.shape else movement(Ops.RESHAPE, a, ranked)
+    return out if ranked == shape else movement(Ops.EXPAND, out, shape)
+
+
+def alu(op: Ops, *srcs: Array, weak: bool = False) -> Array:
+    """One elementwise node over operands of one shape and dtype (WHERE: after its bool predicate); comparisons
+    give bool."""
+    dtype = dtypes.bool_ if op in GroupOp.Comparison else srcs[-1].uop.dtype
+    return Array(UOp(op, dtype, tuple(s.uop for s in srcs)), weak)
+
+
+def _filled(like: Array, value: Any) -> Array:
+    return Array(UOp.const(like.uop.dtype, value, like.shape))
+
+
+def negate(a: Array) -> Array:
+    """-a as a multiply by -1, so unsigned integers wrap as in numpy (-1 is the all-ones value)."""
+    return alu(Ops.MUL, a, _filled(a, -1), weak=a.weak_type)
+
+
+def _not(a: Array) -> Array:
+    """~a for bools and integers: xor with all ones."""
+    return alu(Ops.XOR, a, _filled(a, True if a.uop.dtype.is_bool else -1))
+
+
+def join(arrays: Sequence[Array], axis: int) -> Array:
+    """Arrays of one dtype and rank, equal off `axis`, concatenated along it (the caller checks them) as a balanced
+    tree of PAD + WHERE (no scatter)."""
+    if len(arrays) == 1: return arrays[0]
+    left, right = join(arrays[:len(arrays) // 2], axis), join(arrays[len(arrays) // 2:], axis)
+    n_left, n_right = left.shape[axis], right.shape[axis]
+    if n_left == 0 or n_right == 0: return right if n_left == 0 else left
+    widths_left = tuple((0, n_right) if i == axis else (0, 0) for i in range(left.ndim))
+    widths_right = tuple((n_left, 0) if i == axis else (0, 0) for i in range(left.ndim))
+    in_right = movement(Ops.PAD, Array(UOp.const(dtypes.bool_, True, right.shape)), widths_right)
+    return alu(Ops.WHERE, in_right, movement(Ops.PAD, right, widths_right), movement(Ops.PAD, left, widths_left),
+               weak=left.weak_type and right.weak_type)
+
+
+def stack_arrays(arrays: Sequence[Array], axis: int = 0) -> Array:
+    """Arrays of one shape, promoted to one dtype, joined along a new `axis` (jax.numpy.stack)."""
+    if not arrays: raise ValueError(at_user_line("stack: needs at least one array"))
+    arrays, weak = promote(arrays)
+    if any(a.shape != arrays[0].shape for a in arrays):
+        raise ShapeError(at_user_line(f"stack: all input arrays must have the same shape, got {shape_str(*arrays)}"))
+    shape = arrays[0].shape
+    axis = normalize_axes(axis, len(shape) + 1, "stack")[0]
+    rows = [movement(Ops.RESHAPE, a, shape[:axis] + (1,) + shape[axis:]) for a in arrays]
+    return with_weak(join(rows, axis), weak)
+
+
+# ---- elementwise functions: numpy broadcasting and JAX promotion over primitives ----
+
+def prepare(name: str, *xs: Any, to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:
+    """The arguments of elementwise function `name` converted (`as_operand`), promoted to one dtype (`promote`) and
+    broadcast to one shape; returns them and whether the result is weakly typed."""
+    arrays, weak = promote([as_operand(x, name) for x in xs], to_float=to_float, numeric=numeric)
+    shape = broadcast_shapes(*[a.shape for a in arrays], name=name)
+    return [broadcast_array(a, shape, name) for a in arrays], weak
+
+
+def elementwise(name: str, compute: Callable, to_float: bool = False, numeric: bool = False,
+                doc: str = "") -> Callable:
+    """The public elementwise function `name`: `prepare` the arguments, then `compute` on operands of one shape and
+    dtype; eager outside a trace. The result is weakly typed when the promotion was and `compute` kept the dtype."""
+    def fn(*args):
+        arrays, weak = prepare(name, *args, to_float=to_float, numeric=numeric)
+        out = compute(*arrays)
+        return with_weak(out, weak and out.uop.dtype == arrays[0].uop.dtype)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc or f"Elementwise {name} with numpy broadcasting and JAX type promotion. Returns an Array."
+    return eager_op(fn)
+
+
+_ARRAY_LIKE = (Array, np.ndarray, np.generic, bool, int, float, list, tuple)
+
+
+def apply_operator(fn: Callable, x: Any, y: Any) -> Any:
+    """`fn(x, y)` for a binary operator of Array, or NotImplemented when an operand is not array-like (Python then
+    asks the other operand; `x == None` is False)."""
+    return fn(x, y) if isinstance(x, _ARRAY_LIKE) and isinstance(y, _ARRAY_LIKE) else NotImplemented
+
+
+def _subtract(a: Array, b: Array) -> Array:
+    check_operand("subtract", a, not a.uop.dtype.is_bool, "numeric operands (use logical_xor for bools)")
+    return alu(Ops.ADD, a, negate(b))
+
+
+def _negative(a: Array) -> Array:
+    check_operand("negative", a, not a.uop.dtype.is_bool, "a numeric operand (use logical_not for bools)")
+    return negate(a)
+
+
+def _equal(a: Array, b: Array) -> Array:
+    return _not(alu(Ops.CMPNE, a, b))
+
+
+def _less_equal(a: Array, b: Array) -> Array:
+    """a <= b: `a < b or a == b` for floats (NaN compares false), `not b < a` otherwise."""
+    if a.uop.dtype.is_float: return alu(Ops.OR, alu(Ops.CMPLT, a, b), _equal(a, b))
+    return _not(alu(Ops.CMPLT, b, a))
+
+
+def _invert(a: Array) -> Array:
+    check_operand("invert", a, not a.uop.dtype.is_float, "an integer or bool operand")
+    return _not(a)
+
+
+def _bitwise(op: Ops, name: str, symbol: str) -> Callable:
+    def compute(a: Array, b: Array) -> Array:
+        check_operand(name, a, not a.uop.dtype.is_float, "integer or bool operands")
+        return alu(op, a, b)
+    return elementwise(name, compute, doc=f"Elementwise {symbol} of integer or bool arrays.")
+
+
+def _shift(op: Ops, name: str) -> Callable:
+    def compute(a: Array, b: Array) -> Array:
+        check_operand(name, a, a.uop.dtype.is_int, "integer operands")
+        return alu(op, a, b)
+    return elementwise(name, compute, numeric=True, doc=f"Elementwise {name} of integer arrays.")
+
+
+add = elementwise("add", lambda a, b: alu(Ops.ADD, a, b))
+subtract = elementwise("subtract", _subtract)
+multiply = elementwise("multiply", lambda a, b: alu(Ops.MUL, a, b))
+divide = elementwise("divide", lambda a, b: alu(Ops.DIV, a, b), to_float=True,
+                     doc="x1 / x2 as floats (integers -> float32).")
+negative = elementwise("negative", _negative, doc="-x elementwise (unsigned integers wrap).")
+positive = elementwise("positive", lambda a: a)
+equal = elementwise("equal", _equal)
+not_equal = elementwise("not_equal", lambda a, b: alu(Ops.CMPNE, a, b))
+less = elementwise("less", lambda a, b: alu(Ops.CMPLT, a, b))
+greater = elementwise("greater", lambda a, b: alu(Ops.CMPLT, b, a))
+less_equal = elementwise("less_equal", _less_equal)
+greater_equal = elementwise("greater_equal", lambda a, b: _less_equal(b, a))
+bitwise_and = _bitwise(Ops.AND, "bitwise_and", "&")
+bitwise_or = _bitwise(Ops.OR, "bitwise_or", "|")
+bitwise_xor = _bitwise(Ops.XOR, "bitwise_xor", "^")
+invert = elementwise("invert", _invert, doc="Elementwise ~ (bitwise not; logical not for bools).")
+left_shift = _shift(Ops.SHL, "left_shift")
+right_shift = _shift(Ops.SHR, "right_shift")
+
+
+@eager_op
+def astype(x: Any, dtype: Any) -> Array:
+    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed."""
+    return with_weak(cast(as_operand(x, "astype"), dtypes.to_dtype(dtype)), False)

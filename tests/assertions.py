@@ -41,7 +41,7 @@ def random_schedule(draw_index, tries: int = 4, most: int = 4, applied: list | N
     from fnx.lower.optimize import OptError, apply_opt
     from fnx.lower.search import candidate_actions
 
-    def choose(kernel, threads):
+    def choose(kernel, target):
         opts, k = [], kernel
         for _ in range(tries):
             acts = candidate_actions(k)

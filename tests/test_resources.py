@@ -20,16 +20,18 @@ def rss_mb():
 EAGER_SCALARS = MEASURE + """
 x = jnp.arange(1000.0)
 for i in range(200): y = x * float(i)   # warm up the pools
-gc.collect(); start, start_exes = rss_mb(), len(fnx.trace._executables)
+from fnx.backends.device import _executables
+gc.collect(); start, start_exes = rss_mb(), len(_executables)
 bad = 0
 for i in range(10_000):
     y = x * float(i)
     if i % 997 == 0: bad += not np.array_equal(np.asarray(y), np.arange(1000.0, dtype=np.float32) * np.float32(i))
 gc.collect()
-print(json.dumps({"growth_mb": rss_mb() - start, "new_exes": len(fnx.trace._executables) - start_exes, "bad": bad}))
+print(json.dumps({"growth_mb": rss_mb() - start, "new_exes": len(_executables) - start_exes, "bad": bad}))
 """
 
 FRESH_JITS = MEASURE + """
+from fnx.backends.device import _executables
 x = jnp.arange(8.0)
 for i in range(40): fnx.jit(lambda x, i=i: x * i + 1)(x)
 gc.collect(); start = rss_mb()
@@ -38,7 +40,7 @@ for i in range(1000):   # the same program in a fresh lambda: one compiled execu
     bad += not np.array_equal(np.asarray(fnx.jit(lambda x: x * 2.0 + 1.0)(x)), np.arange(8.0) * 2 + 1)
 for i in range(100):    # 100 different programs: the cache keeps FNX_EXECUTABLES of them
     bad += not np.array_equal(np.asarray(fnx.jit(lambda x, i=i: x * i + 1)(x)), np.arange(8.0) * i + 1)
-    sizes.append(len(fnx.trace._executables))
+    sizes.append(len(_executables))
 gc.collect()
 print(json.dumps({"growth_mb": rss_mb() - start, "max_exes": max(sizes), "bad": bad}))
 """

@@ -51,11 +51,11 @@ def test_eager_op_compiles_once_per_signature(device):
     rng = np.random.default_rng(0)
     shape = (3, 5, 7)
     a, b, c, d = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
-    before = len(fnx.trace._executables)
+    before = len(fnx.backends.device._executables)
     first = lax.max(a, b)
-    after_first = len(fnx.trace._executables)
+    after_first = len(fnx.backends.device._executables)
     second = lax.max(c, d)
-    after_second = len(fnx.trace._executables)
+    after_second = len(fnx.backends.device._executables)
     assert after_first - before <= 1
     assert after_second == after_first
     np.testing.assert_array_equal(np.asarray(first), np.maximum(a, b))

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import operator
 import os
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,68 +16,26 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from fnx.backends.device import Backend, Buffer, Executable, HostPool, Pending, Stream
+from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, HostPool, Launch, ObjectCache,
+                                 Pending, Program, Renderer, Runtime, Stream, Transfer, check_platform, get_device,
+                                 register_runtime)
 from fnx.backends import native_pool
+from fnx.backends.cpu_beam import kernel_timers
+from fnx.backends.cpu_target import host_target
+from fnx.backends.control import run_control
+from fnx.backends.scan_loop import compile_scan
 from fnx.backends.llvm_render import module_source, render_function
 from fnx.config import config
 from fnx.lower.memory import donation_aliases
 from fnx.lower.pipeline import STAGES, Lowering, lower
-from fnx.lower.rangeify import ControlStep
+from fnx.lower.rangeify import HostStep, TransferStep
+from fnx.lower.target import Target
 from fnx.uop import Ops, UOp
 
 
 ASYNC_MIN_WORK = 1 << 22  # loop iterations from which a call on an idle stream is queued (see CPUExecutable)
 _BYTES = np.dtype(np.uint8)
 PIPELINE = "O2 slp-vectorize"  # part of every cache key: change it when the pass pipeline changes
-
-
-class ObjectCache:
-    """Compiled machine code on disk, content-addressed by the LLVM IR, the target and the LLVM version.
-
-    A file is `MAGIC + key + sha256(key + object) + object`, written to a temporary name and renamed (atomic).
-    A read checks the digest and that the key it carries is the one asked for (the key hashes the target and the
-    source), so a damaged file, or a valid one stored under another key's name, is ignored and recompiled instead
-    of being run. Nothing is ever unpickled.
-    """
-    MAGIC = b"fnx-object-2\n"
-
-    def __init__(self, directory: str | None, target_id: str):
-        self.directory, self.target_id = directory, target_id
-        self.hits = self.misses = 0
-
-    def key(self, source: str) -> str:
-        return hashlib.sha256(f"{self.target_id}\n{source}".encode()).hexdigest()
-
-    def path(self, key: str) -> str:
-        return os.path.join(self.directory, key[:2], key + ".o")
-
-    def load(self, key: str) -> bytes | None:
-        if self.directory is None: return None
-        try:
-            with open(self.path(key), "rb") as f: data = f.read()
-        except OSError:
-            return None
-        head = self.MAGIC + key.encode()
-        n = len(head)
-        digest, obj = data[n:n + 32], data[n + 32:]
-        return obj if data[:n] == head and hashlib.sha256(head + obj).digest() == digest else None
-
-    def store(self, key: str, obj: bytes) -> None:
-        head = self.MAGIC + key.encode()
-        if self.directory is None: return
-        write_atomically(self.path(key), head + hashlib.sha256(head + obj).digest() + obj)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Write a cache file under a temporary name, then rename it (readers never see half a file). A read-only or
-    full disk only costs the cache: the error is ignored."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f: f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        return
 
 
 _llvm_thread = ThreadPoolExecutor(1, thread_name_prefix="fnx-llvm")  # every LLVM call of fnx, in order
@@ -103,9 +59,9 @@ if hasattr(os, "register_at_fork"): os.register_at_fork(before=_llvm_idle, after
 
 
 class LLVMCompiler:
-    """llvmlite: parse, optimize at O2 with the SLP vectorizer, and JIT for the host CPU; machine code
-    is kept in the on-disk ObjectCache (FNX_CACHE_DIR), so a warm process skips LLVM's optimizer and code
-    generator.
+    """llvmlite: parse, optimize at O2 with the SLP vectorizer, and JIT for the CPU of its `target` (the host's
+    unless FNX_CPU_TARGET names another); machine code is kept in the on-disk ObjectCache (FNX_CACHE_DIR), so a
+    warm process skips LLVM's optimizer and code generator.
 
     All of it runs on one thread of its own (`submit` returns a future): LLVM compiles a module while the caller
     lowers the next kernels (the ctypes calls into LLVM release the GIL), and no two LLVM calls of fnx ever run
@@ -113,18 +69,24 @@ class LLVMCompiler:
     `import fnx`, as loading XLA is part of `import jax`).
     """
 
-    def __init__(self):
+    def __init__(self, target: Target):
+        self.target = target
         self._ready = _llvm_thread.submit(self._setup)
 
     def _setup(self) -> None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        try:  # without F16C, LLVM converts float16 by calling libgcc's __extendhfsf2/__truncsfhf2, and JIT code
+            llvm.load_library_permanently("libgcc_s.so.1")  # finds only libraries loaded so (else it calls 0)
+        except RuntimeError:  # no libgcc (macOS: those are in libSystem, already loaded)
+            pass
         self.llvm = llvm
-        target = llvm.Target.from_default_triple()
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        self.target, self.machine_options = target, dict(cpu=cpu, features=features, opt=3)
-        self._machine = target.create_target_machine(**self.machine_options)
-        self._cache = ObjectCache(config.cache_dir, f"{llvm.get_default_triple()} {cpu} {features} llvmlite "
+        triple, cpu, features = self.target.triple, self.target.name, self.target.features
+        self.llvm_target = llvm.Target.from_triple(triple)
+        self.machine_options = dict(cpu=cpu, features=features, opt=3)
+        self._machine = self.llvm_target.create_target_machine(**self.machine_options)
+        # (the target's other facts shaped the IR, which the key hashes too)
+        self._cache = ObjectCache(config.cache_dir, f"{triple} {cpu} {features} llvmlite "
                                                     f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
 
     @property
@@ -160,7 +122,7 @@ class LLVMCompiler:
         else:
             self._cache.hits += 1
         # the engine owns the target machine it is given and destroys it with itself: give each its own
-        engine = llvm.create_mcjit_compiler(module, self.target.create_target_machine(**self.machine_options))
+        engine = llvm.create_mcjit_compiler(module, self.llvm_target.create_target_machine(**self.machine_options))
         engine.set_object_cache(notify_func=lambda _, obj: self._cache.store(key, obj) if cached is None else None,
                                 getbuffer_func=lambda _: cached)
         engine.finalize_object()
@@ -189,26 +151,55 @@ def _quick_gil_handoffs(interval: float = 0.001):
             if _handoffs["depth"] == 0: sys.setswitchinterval(_handoffs["saved"])
 
 
+class LLVMRenderer(Renderer):
+    """Linear kernels -> one LLVM IR module (fnx/backends/llvm_render.py); `kernel` renders one, so the CPU
+    backend can cut a function's kernels into modules of a size that compiles well."""
+
+    def kernel(self, kernel, lines) -> tuple[str, set]:
+        return render_function(kernel, lines)
+
+    def module(self, pieces: list[tuple[str, set]]) -> str:
+        return module_source(pieces)
+
+    def render(self, kernels: list) -> str:
+        return self.module([self.kernel(k, lines) for k, lines in kernels])
+
+
+class CPUProgram(Program):
+    """One compiled kernel: `program(*buffers, dims=(lo, hi))` runs iterations lo..hi of its outer loop. The
+    executable calls `func` directly with addresses (the lean path); `packed` is the entry point the native
+    worker pool calls (0 when the kernel never runs in chunks)."""
+
+    def __init__(self, name: str, engine, nargs: int, packed: bool):
+        self.name, self.engine = name, engine  # the engine owns the code: it lives as long as the program
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)
+        self.func = proto(engine.get_function_address(name))
+        self.packed = engine.get_function_address(f"{name}_packed") if packed else 0
+
+    def __call__(self, *buffers: Buffer, dims: tuple = (0, 1)) -> None:
+        self.func(*([b.ptr for b in buffers] or [0]), *dims)
+
+
 class _Modules:
     """Kernels rendered as lowering finishes them and compiled a module at a time on the LLVM thread."""
     CHUNK = 16_000  # characters of IR per module: a module costs ~2.5 ms of fixed LLVM work
 
-    def __init__(self, compiler: LLVMCompiler):
-        self.compiler, self.pending, self.size = compiler, [], 0
+    def __init__(self, compiler: LLVMCompiler, renderer: LLVMRenderer):
+        self.compiler, self.renderer, self.pending, self.size = compiler, renderer, [], 0
         self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (engine, module))
         self.sources: list[str] = []
 
     def add(self, kernels: list) -> None:
         for kernel, lines in kernels:
             if lines is None: continue
-            text, declares = render_function(kernel, lines)
+            text, declares = self.renderer.kernel(kernel, lines)
             self.pending.append((kernel.name, text, declares))
             self.size += len(text)
         if self.size >= self.CHUNK: self.flush()
 
     def flush(self) -> None:
         if not self.pending: return
-        source = module_source([(t, d) for _, t, d in self.pending])
+        source = self.renderer.module([(t, d) for _, t, d in self.pending])
         self.sources.append(source)
         self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit(source)))
         self.pending, self.size = [], 0
@@ -237,16 +228,19 @@ class CPUExecutable(Executable):
     it raises is raised by that read. Anything smaller runs inline on an idle stream: handing a call to the
     worker thread measured 20-70 us (a 1-element call went from 8 to 35-50 us), while at 4M iterations
     (about 1 ms) queued and inline calls time the same within noise, on 2 cores. Calls with host control
-    steps (loops that read values) run inline once the queue has drained.
+    steps (loops that read values) and transfers to other devices run inline once the queue has drained.
+
+    `items` records the schedule (fnx.backends.device: Launch, Transfer, HostCall); `launches` is the same list
+    prepared for replaying it fast.
     """
 
-    def __init__(self, fn: UOp, device: str, compiler: LLVMCompiler, pool: ThreadPoolExecutor, threads: int,
-                 memory: HostPool, stream: Stream):
-        self.fn, self.device, self.pool, self.threads = fn, device, pool, threads
-        self.memory, self.stream = memory, stream
-        modules = _Modules(compiler)  # LLVM compiles the first kernels while the later ones are lowered
+    def __init__(self, fn: UOp, device: CPUDevice):
+        self.fn, self.device, self.pool, self.threads = fn, device.name, device.pool, device.threads
+        self.memory, self.stream, compiler = device.memory, device.stream, device.compiler
+        self.target = device.target
+        modules = _Modules(compiler, device.renderer)  # LLVM compiles the first kernels while later ones are lowered
         with _quick_gil_handoffs():
-            self.lowering: Lowering = lower(fn, threads, emit=modules.add)
+            self.lowering: Lowering = lower(fn, self.target, emit=modules.add, measure=kernel_timers(compiler))
             engine_of, self.modules = modules.finish()
         self.source = "\n\n".join(modules.sources)
         if config.debug >= 3:
@@ -257,35 +251,42 @@ class CPUExecutable(Executable):
         # addresses, its whole loop range when it runs as one piece, else None, and its thread chunks)
         self.launches: list[tuple] = []
         self.packed: dict[str, int] = {}
+        self.programs: dict[str, CPUProgram] = {}
         self.compiler = compiler
+        threads = self.threads
+        schedule = self.lowering.schedule
+        self.buffers, self.output_ids = schedule.buffers, list(schedule.outputs)
+        self.items: list = []
         for kernel, lines in self.lowering.kernels:
-            if lines is None:  # a control-flow step: run on the host
+            if lines is None:  # a control-flow step or a transfer: done on the host
                 self.launches.append((kernel, None, None, None, ()))
+                self.items.append(self._host_item(kernel))
                 continue
-            nargs = max(len(kernel.args), 1)
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)
-            func = proto(engine_of[kernel.name].get_function_address(kernel.name))
             outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
             step = -(-outer // threads) if kernel.thread_range >= 0 else outer
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
             addresses = operator.itemgetter(*args) if len(args) > 1 else lambda ptrs, b=args[0]: (ptrs[b],)
-            if len(chunks) > 1:  # the native pool calls the kernel through its packed entry point
-                self.packed[kernel.name] = engine_of[kernel.name].get_function_address(f"{kernel.name}_packed")
-            self.launches.append((kernel, func, addresses, chunks[0] if len(chunks) == 1 else None, chunks))
+            # (the native pool calls a kernel that runs in chunks through its packed entry point)
+            program = CPUProgram(kernel.name, engine_of[kernel.name], max(len(kernel.args), 1), len(chunks) > 1)
+            self.programs[kernel.name] = program
+            if program.packed: self.packed[kernel.name] = program.packed
+            self.launches.append((kernel, program.func, addresses, chunks[0] if len(chunks) == 1 else None, chunks))
+            self.items.append(Launch(kernel.name, self._device_of(kernel), tuple(kernel.args), chunks))
+        check_platform(self.items, self.device)
         self.has_control = any(func is None for _, func, _, _, _ in self.launches)
         self.work = sum(k.work for k, func, _, _, _ in self.launches if func is not None)
         self.queue_when_idle = self.work >= ASYNC_MIN_WORK and not self.has_control
-        schedule, plan = self.lowering.schedule, self.lowering.memory
-        loop_outputs = {b for k, _ in self.lowering.kernels if isinstance(k, ControlStep) for b in k.outputs}
-        # what each call allocates, worked out once: outputs (buffer id, dtype, numpy dtype, size) and the
-        # memory plan's slots; `ptrs` holds every buffer's address in a call (plus a 0 for argument-less kernels)
-        self.outputs = [(i, spec.dtype, spec.dtype.np, spec.size) for i, spec in enumerate(schedule.buffers)
-                        if spec.kind == "output" and i not in loop_outputs]
+        plan = self.lowering.memory
+        loop_outputs = {b for k, _ in self.lowering.kernels if isinstance(k, HostStep) for b in k.outputs}
+        # what each call allocates, worked out once: outputs (buffer id, dtype, numpy dtype, size, device, its
+        # memory) and the memory plan's slots; `ptrs` holds every buffer's address in a call (plus a 0 for
+        # argument-less kernels). An output computed after a COPY lives on the COPY's device.
+        self.outputs = [(i, spec.dtype, spec.dtype.np, spec.size, *self._memory_of(spec))
+                        for i, spec in enumerate(schedule.buffers) if spec.kind == "output" and i not in loop_outputs]
         ninputs = sum(spec.kind == "input" for spec in schedule.buffers)
         self.no_addresses = [0] * (len(schedule.buffers) + 1)
         self.no_buffers = [None] * (len(schedule.buffers) - ninputs)
-        self.output_ids = list(schedule.outputs)
         self.outputs_in_order = self.output_ids == [i for i, *_ in self.outputs]  # each output computed, once
         self.slot_bytes = list(plan.slot_bytes)
         simple = not self.has_control and not self.queue_when_idle and not self.slot_bytes and all(
@@ -294,6 +295,23 @@ class CPUExecutable(Executable):
         self.slotted = [(i, slot, schedule.buffers[i].dtype, schedule.buffers[i].size)
                         for i, slot in plan.slot_of.items()]
         self._aliases: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def _memory_of(self, spec) -> tuple[str, object]:
+        """(device name, its pool's `array`) for a buffer of the schedule."""
+        if spec.device in (None, self.device): return self.device, self.memory.array
+        return spec.device, get_device(spec.device).memory.array
+
+    def _device_of(self, kernel) -> str:
+        """The device a kernel computes for: its output buffer's (after a COPY, the COPY's device). The cpu
+        devices share one address space, so this executable's threads run it."""
+        out = kernel.args[kernel.sink.src[0].src[0].arg[0]]
+        return self.buffers[out].device or self.device
+
+    def _host_item(self, step: HostStep):
+        if isinstance(step, TransferStep):
+            source = self.buffers[step.inputs[0]].device or self.device
+            return Transfer(step.outputs[0], step.inputs[0], step.device, source)
+        return HostCall(step.name, self.device, tuple(step.inputs), tuple(step.outputs))
 
     def aliases(self, donated: tuple[int, ...]) -> dict[int, int]:
         """Which outputs may be written into which donated inputs: {output buffer id: input index}."""
@@ -332,9 +350,8 @@ class CPUExecutable(Executable):
                 queued = True
         pending = Pending() if queued else None
         given = {o: self._donate(inputs, p) for o, p in self.aliases(donated).items()} if donated else None
-        array, device = self.memory.array, self.device
         buffers = inputs + self.no_buffers
-        for i, dtype, np_dtype, size in self.outputs:
+        for i, dtype, np_dtype, size, device, array in self.outputs:
             host, ptr = (given and given.get(i)) or array(np_dtype, size)
             buffers[i] = Buffer(device, dtype, size, host, ptr, pending)
             ptrs[i] = ptr
@@ -356,8 +373,8 @@ class CPUExecutable(Executable):
             if buf is None or buf.ready is not None or not buf.ptr: return None  # pending or deleted: general path
             ptrs[k] = buf.ptr
             k += 1
-        array, device, outs = self.memory.array, self.device, []
-        for i, dtype, np_dtype, size in self.outputs:
+        outs = []
+        for i, dtype, np_dtype, size, device, array in self.outputs:
             host, ptr = array(np_dtype, size)
             outs.append(Buffer(device, dtype, size, host, ptr))
             ptrs[i] = ptr
@@ -422,17 +439,22 @@ class CPUExecutable(Executable):
                                                  lambda lo, hi: func(*values, lo, hi))
 
     def _control(self, step, buffers: list[Buffer], ptrs: list[int]) -> None:
-        """Run a control-flow node: its bodies are compiled functions called from a host loop."""
-        from fnx.backends.control import run_control
-        from fnx.trace import compile_function
+        """Run a host step: a transfer, or a control-flow node whose bodies are compiled functions called from a
+        host loop."""
+        if isinstance(step, TransferStep):
+            source, target = buffers[step.inputs[0]], get_device(step.device).allocator
+            copy = target.alloc(source.dtype, source.size)
+            if not target.transfer(copy, source):
+                target.copyin(copy, get_device(source.device).allocator.copyout(source))
+            buffers[step.outputs[0]], ptrs[step.outputs[0]] = copy, copy.ptr
+            return
 
         def prepare(fn: UOp):
-            exe, shapes, device = compile_function(fn, self.device), [o.shape for o in fn.src[0].src], self.device
+            exe, shapes, device = get_device(self.device).compile(fn), [o.shape for o in fn.src[0].src], self.device
             return lambda values: [b.numpy(s) for b, s in zip(exe([Buffer.from_numpy(device, v) for v in values]),
                                                                shapes)]
         inputs = [buffers[i].numpy(step.node.operands[j].shape) for j, i in enumerate(step.inputs)]
         if step.node.op is Ops.SCAN and step.node not in _scans:  # small bodies loop natively (scan_loop.py)
-            from fnx.backends.scan_loop import compile_scan
             _scans[step.node] = compile_scan(step.node, _compiler())
         program = _scans.get(step.node)
         values = program.run(inputs) if program is not None else run_control(step.node, inputs, prepare)
@@ -442,10 +464,11 @@ class CPUExecutable(Executable):
 
     def as_text(self, stage: str | None = None) -> str:
         if stage in STAGES: return self.lowering.as_text(stage)
+        if stage == "items": return self.items_text()
         if stage == "llvm": return self.source
         if stage == "asm": return self.compiler_asm()
         stages = [f"--- {s} ---\n{self.lowering.as_text(s)}" for s in STAGES]
-        return "\n\n".join(stages + [f"--- llvm ---\n{self.source}"])
+        return "\n\n".join(stages + [f"--- items ---\n{self.items_text()}", f"--- llvm ---\n{self.source}"])
 
     def compiler_asm(self) -> str:
         return _compiler().assembly(self.modules)
@@ -460,20 +483,35 @@ _state_lock = threading.Lock()
 
 def _compiler() -> LLVMCompiler:
     with _state_lock:
-        if "compiler" not in _state: _state["compiler"] = LLVMCompiler()
+        if "compiler" not in _state:
+            _state["compiler"] = LLVMCompiler(host_target(config.cpu_threads, config.cpu_target))
     return _state["compiler"]
 
 
-def backend() -> Backend:
-    threads = config.cpu_threads
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fnx-cpu")
-    per_device: dict[str, tuple[HostPool, Stream]] = {}  # each device has its own memory and its own queue
+_thread_pool: list[ThreadPoolExecutor] = []
 
-    lock = threading.Lock()
 
-    def compile(fn: UOp, device: str) -> CPUExecutable:
-        with lock:  # threads compiling at once share one memory pool and one queue per device
-            if device not in per_device: per_device[device] = (HostPool(), Stream(device))
-        return CPUExecutable(fn, device, _compiler(), pool, threads, *per_device[device])
-    return Backend("cpu", compile)
+def _workers() -> ThreadPoolExecutor:
+    """The worker threads every cpu device's kernels split across (each device uses its share of them)."""
+    with _state_lock:
+        if not _thread_pool:
+            _thread_pool.append(ThreadPoolExecutor(max_workers=config.cpu_threads, thread_name_prefix="fnx-cpu"))
+    return _thread_pool[0]
 
+
+class CPUDevice(Device):
+    """cpu:i of FNX_CPU_DEVICES: host memory of its own (a HostPool), its own ordered Stream, and an equal share
+    of the FNX_CPU_THREADS worker threads. All cpu devices share one LLVM compiler and its code."""
+
+    def __init__(self, ordinal: int, count: int):
+        self.memory, self.threads = HostPool(), max(1, config.cpu_threads // count)
+        super().__init__("cpu", ordinal, HostAllocator(f"cpu:{ordinal}", self.memory),
+                         target=host_target(self.threads, config.cpu_target),
+                         renderer=LLVMRenderer(), compiler=_compiler())
+        self.stream, self.pool = Stream(self.name), _workers()
+
+    def executable(self, fn: UOp) -> CPUExecutable:
+        return CPUExecutable(fn, self)
+
+
+register_runtime(Runtime("cpu", lambda: config.cpu_devices, lambda i: CPUDevice(i, config.cpu_devices)))

@@ -1,26 +1,36 @@
-"""The backend interface: devices, buffers, and the `Backend` that compiles a FUNCTION into an `Executable`.
+"""The runtime interface every backend implements (docs/RUNTIME.md says how to add one).
 
-A backend supplies an allocator (host-visible flat buffers here) and `compile(fn)`, where `fn` is a
-FUNCTION(TUPLE(outputs...)) over PARAMs 0..n-1. The `Executable` it returns maps n input buffers to the outputs.
+A `Device` ('cpu:3') names a runtime and an ordinal and owns an `Allocator` (its memory), a `Renderer` (linear
+kernels -> source), a `Compiler` (source -> binary, cached on disk by source and target), `Program`s (a binary's
+kernels, launched with recorded dimensions) and a `Target` (what the lowering reads). `device.executable(fn)`
+turns a FUNCTION(TUPLE(outputs...)) over PARAMs 0..n-1 into an `Executable`: a recorded schedule of items
+(kernel launches, transfers, host steps) over numbered buffers that the runtime replays.
 
-Host-memory backends share three pieces defined here: `HostPool` (blocks reused across calls), `Pending` (the
-completion of queued work, carried by the buffers it writes) and `Stream` (one ordered worker thread per device,
-which is what makes dispatch asynchronous).
+A backend module registers a `Runtime` (how many devices its platform has, and how to make one) when imported;
+nothing here imports a backend. Host-memory backends share `HostPool` (blocks reused across calls), `Pending`
+(the completion of queued work, carried by the buffers it writes) and `Stream` (one ordered worker thread per
+device, which is what makes dispatch asynchronous).
 """
 from __future__ import annotations
 
 import atexit
+import collections
+import ctypes
+import hashlib
 import os
 import queue
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from fnx import dtypes
+from fnx.cache_files import write_atomically
+from fnx.config import config
 from fnx.dtypes import DType
+from fnx.errors import UnsupportedError
 from fnx.uop import UOp
 
 ALIGN = 64                   # block alignment in bytes: one cache line, one AVX-512 vector
@@ -176,7 +186,7 @@ class HostPool:
         for nbytes, kept in list(self.blocks.items()):
             for entry in [e for e in kept if _free(e)]:
                 if need <= 0: break
-                kept.remove(entry)
+                del kept[next(i for i, e in enumerate(kept) if e is entry)]  # (== on entries compares arrays)
                 self.kept_bytes -= nbytes
                 need -= nbytes
             if not kept: del self.blocks[nbytes]
@@ -258,14 +268,225 @@ class Stream:
             self.slots.release()
 
 
-class Executable:
-    """A compiled FUNCTION: call it with one Buffer per PARAM; it returns one Buffer per output.
+class LRUCache:
+    """A mapping bounded to `size` entries that forgets the least recently used one first: compiled code costs
+    memory (an LLVM engine per executable), and a process that keeps making new graphs must not keep them all.
+    (functools.lru_cache memoizes a function of its arguments; here the key is not the whole argument.)"""
 
+    def __init__(self, size: int):
+        self.size, self.entries, self.lock = size, collections.OrderedDict(), threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            value = self.entries.get(key)
+            if value is not None: self.entries.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        with self.lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size: self.entries.popitem(last=False)
+            return value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+# ---- the pieces a device is made of ----
+
+class Allocator:
+    """A device's memory: allocation, host transfers, and copies between buffers.
+
+    `alloc` returns an uninitialized buffer; `copyin` fills one from host memory, `copyout` returns its contents
+    as a read-only host array; `copy` copies between two buffers of this device; `transfer` is the fast path for
+    a copy from another device's buffer where the runtime has one (it returns False when it has none: the caller
+    then goes through the host).
+    """
+    device: str
+
+    def alloc(self, dtype: DType, size: int) -> Buffer: raise NotImplementedError
+    def copyin(self, dst: Buffer, host: np.ndarray) -> None: raise NotImplementedError
+    def copyout(self, src: Buffer) -> np.ndarray: raise NotImplementedError
+    def copy(self, dst: Buffer, src: Buffer) -> None: raise NotImplementedError
+
+    def transfer(self, dst: Buffer, src: Buffer) -> bool:
+        return False
+
+    def from_numpy(self, array: np.ndarray) -> Buffer:
+        """A new buffer holding a copy of `array`."""
+        flat = np.ascontiguousarray(array).reshape(-1)
+        buf = self.alloc(dtypes.from_numpy(flat.dtype), flat.size)
+        self.copyin(buf, flat)
+        return buf
+
+
+class HostAllocator(Allocator):
+    """Host memory (the cpu devices, interp, test backends): a buffer's storage is a read-only numpy array and
+    kernels write through its address. Blocks come from the device's `HostPool` when it has one."""
+
+    def __init__(self, device: str, pool: HostPool | None = None):
+        self.device, self.pool = device, pool
+
+    def alloc(self, dtype: DType, size: int) -> Buffer:
+        if self.pool is None: return Buffer(self.device, dtype, size)
+        host, ptr = self.pool.array(dtype.np, size)
+        return Buffer(self.device, dtype, size, host, ptr)
+
+    def copyin(self, dst: Buffer, host: np.ndarray) -> None:
+        src = np.ascontiguousarray(host, dtype=dst.dtype.np).reshape(-1)
+        if src.size != dst.size: raise ValueError(f"copyin: {src.size} elements into a buffer of {dst.size}")
+        if not dst.ptr: raise dst.deleted_error()
+        ctypes.memmove(dst.ptr, src.ctypes.data, src.nbytes)
+
+    def copyout(self, src: Buffer) -> np.ndarray:
+        return src.host
+
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        self.copyin(dst, src.host)
+
+    def transfer(self, dst: Buffer, src: Buffer) -> bool:
+        """Between devices of one host-memory platform (cpu:0 -> cpu:3) a transfer is a memcpy; from another
+        platform, whose memory this allocator knows nothing of, the caller goes through its copyout."""
+        if platform_of(src.device) != platform_of(self.device): return False
+        self.copyin(dst, src.host)
+        return True
+
+
+class Renderer:
+    """Linear kernels -> source text of the device's language (one source may hold several kernels)."""
+
+    def render(self, kernels: list) -> str: raise NotImplementedError
+
+
+class Compiler:
+    """Source -> binary, with the content-addressed disk cache (`ObjectCache`) keyed by source and target."""
+
+    def __init__(self, cache: ObjectCache):
+        self.cache = cache
+
+    def compile(self, source: str) -> bytes:
+        key = self.cache.key(source)
+        binary = self.cache.load(key)
+        if binary is None:
+            self.cache.misses += 1
+            binary = self.compile_uncached(source)
+            self.cache.store(key, binary)
+        else:
+            self.cache.hits += 1
+        return binary
+
+    def compile_uncached(self, source: str) -> bytes: raise NotImplementedError
+
+
+class Program:
+    """One kernel of a binary, ready to launch: `program(*buffers, dims=...)` with the launch dimensions the
+    schedule recorded (the CPU's: the range of the outer loop a call runs)."""
+    name: str
+
+    def __call__(self, *buffers: Buffer, dims: tuple = ()) -> None: raise NotImplementedError
+
+
+class ObjectCache:
+    """Compiled code on disk, content-addressed by the source and the target (and the compiler's version).
+
+    A file is `MAGIC + key + sha256(key + object) + object`, written to a temporary name and renamed (atomic).
+    A read checks the digest and that the key it carries is the one asked for (the key hashes the target and the
+    source), so a damaged file, or a valid one stored under another key's name, is ignored and recompiled instead
+    of being run. Nothing is ever unpickled.
+    """
+    MAGIC = b"fnx-object-2\n"
+
+    def __init__(self, directory: str | None, target_id: str, suffix: str = ".o"):
+        self.directory, self.target_id, self.suffix = directory, target_id, suffix
+        self.hits = self.misses = 0
+
+    def key(self, source: str) -> str:
+        return hashlib.sha256(f"{self.target_id}\n{source}".encode()).hexdigest()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.directory, key[:2], key + self.suffix)
+
+    def load(self, key: str) -> bytes | None:
+        if self.directory is None: return None
+        try:
+            with open(self.path(key), "rb") as f: data = f.read()
+        except OSError:
+            return None
+        head = self.MAGIC + key.encode()
+        n = len(head)
+        digest, obj = data[n:n + 32], data[n + 32:]
+        return obj if data[:n] == head and hashlib.sha256(head + obj).digest() == digest else None
+
+    def store(self, key: str, obj: bytes) -> None:
+        head = self.MAGIC + key.encode()
+        if self.directory is None: return
+        write_atomically(self.path(key), head + hashlib.sha256(head + obj).digest() + obj)
+
+
+# ---- executables: recorded schedules ----
+
+@dataclass(frozen=True)
+class Launch:
+    """Run kernel `kernel` of `device` on schedule buffers `buffers`, over launch dimensions `dims`."""
+    kernel: str
+    device: str
+    buffers: tuple[int, ...]
+    dims: tuple
+
+    def text(self) -> str:
+        return f"launch {self.kernel} on {self.device} buffers {list(self.buffers)} dims {list(self.dims)}"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Copy buffer `src` (on `src_device`) into buffer `dst` (on `device`)."""
+    dst: int
+    src: int
+    device: str
+    src_device: str
+
+    def text(self) -> str:
+        return f"copy buffer {self.src} ({self.src_device}) -> buffer {self.dst} ({self.device})"
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """A step the runtime does on the host: a control-flow node whose bodies are compiled functions."""
+    name: str
+    device: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def text(self) -> str:
+        return f"host {self.name} on {self.device} buffers {list(self.inputs)} -> {list(self.outputs)}"
+
+
+def check_platform(items: list, device: str) -> None:
+    """An executable's kernels run on its own platform: a COPY to another platform inside one compiled function may
+    only feed the function's outputs (its kernels would otherwise be compiled for the wrong device)."""
+    for item in items:
+        if isinstance(item, Launch) and platform_of(item.device) != platform_of(device):
+            raise UnsupportedError(f"a function compiled for {device} computes on {item.device} after a device_put "
+                                   f"(kernel {item.kernel}): a compiled function runs its kernels on one platform; "
+                                   f"call device_put outside the jitted function and compute on {item.device} "
+                                   "there")
+
+
+class Executable:
+    """A compiled FUNCTION: a recorded schedule of `items` (Launch, Transfer, HostCall) over numbered buffers, which
+    the device's runtime replays. Call it with one Buffer per PARAM; it returns one Buffer per output.
+
+    `buffers` describes every buffer of a call (its BufferSpec: dtype, size, kind, device); inputs come first.
     A backend that can write outputs into donated inputs takes `donated` (input indices) in `__call__` and says
     which outputs may go where in `aliases`; the default reuses nothing, and callers pass `donated` only when
     `aliases` is not empty.
     """
     fn: UOp
+    device: str
+    items: list = []
+    buffers: list = []
+    output_ids: list[int] = []
 
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]: raise NotImplementedError
 
@@ -273,55 +494,127 @@ class Executable:
         """{output buffer id: input index} for the outputs that may be written into donated inputs."""
         return {}
 
+    def items_text(self) -> str:
+        """The recorded schedule, one item per line, after the buffers it uses."""
+        lines = [f"executable on {self.device}: {len(self.buffers)} buffers, outputs {list(self.output_ids)}"]
+        lines += [f"  buffer {i}: {spec.kind} {spec.dtype}[{spec.size}]" + (f" on {spec.device}" if spec.device not in (
+            None, self.device) else "") for i, spec in enumerate(self.buffers)]
+        lines += [f"  {item.text()}" for item in self.items]
+        return "\n".join(lines)
+
     def as_text(self, stage: str | None = None) -> str: raise NotImplementedError
 
 
-@dataclass
-class Backend:
-    name: str
-    compile: Callable[[UOp, str], Executable]   # (FUNCTION, device name) -> Executable
+# ---- devices and the runtimes that provide them ----
+
+class Device:
+    """One device: a runtime (`platform`) and an ordinal (`id`), named like 'cpu:3'.
+
+    It owns an `allocator` (its memory), a `target` (what the lowering reads: vector width, caches, threads; None
+    for a device that does not lower, like interp) and, for a device that compiles kernels, a `renderer` and a
+    `compiler`. `executable(fn)` builds the Executable of a FUNCTION; `compile(fn)` is the cached form every
+    caller uses (an LRU of config.executables entries shared by all devices).
+    """
+
+    def __init__(self, platform: str, ordinal: int, allocator: Allocator, target: Any = None,
+                 renderer: Renderer | None = None, compiler: Any = None):
+        self.platform, self.id, self.allocator, self.target = platform, ordinal, allocator, target
+        self.renderer, self.compiler = renderer, compiler
+        self.name = f"{platform}:{ordinal}"
+
+    device_kind = property(lambda self: self.platform)
+
+    def executable(self, fn: UOp) -> Executable:
+        """The Executable of FUNCTION `fn` (uncached; fnx.backends.replay.ReplayExecutable is the generic one)."""
+        raise NotImplementedError
+
+    def program(self, name: str, binary: Any) -> Program:
+        """Kernel `name` of a binary the compiler made (used by the generic replay)."""
+        raise NotImplementedError
+
+    def compile(self, fn: UOp) -> Executable:
+        """The cached Executable of FUNCTION `fn` on this device (compiled on first use)."""
+        key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), self.name)  # unused inputs count too
+        if (exe := _executables.get(key)) is None: exe = _executables.put(key, self.executable(fn))
+        return exe
+
+    def __repr__(self) -> str:
+        return f"{self.platform.capitalize()}Device(id={self.id})"
+
+    def __reduce__(self):  # a device pickles as its name (a process has one object per device)
+        return (get_device, (self.name,))
 
 
-_backends: dict[str, Callable[[], Backend]] = {}
-_loaded: dict[str, Backend] = {}
-_loading = threading.Lock()
+_executables = LRUCache(config.executables)
 
 
-def register_backend(platform: str, loader: Callable[[], Backend]) -> None:
-    _backends[platform] = loader
+@dataclass(frozen=True)
+class SingleDeviceSharding:
+    """The sharding of an array that lives whole on one device."""
+    device: Device
+
+    @property
+    def device_set(self) -> set[Device]:
+        return {self.device}
+
+
+class Runtime:
+    """A platform's devices: `count()` of them (known without starting the runtime), made on first use by
+    `load(ordinal)`. A backend module registers one with `register_runtime` when it is imported."""
+
+    def __init__(self, platform: str, count: Callable[[], int], load: Callable[[int], Device]):
+        self.platform, self.count, self._load = platform, count, load
+        self._devices: dict[int, Device] = {}
+        self._lock = threading.Lock()
+
+    def device(self, ordinal: int) -> Device:
+        if (found := self._devices.get(ordinal)) is not None: return found
+        with self._lock:  # two threads' first ops: one device (one memory pool, one queue)
+            if ordinal not in self._devices: self._devices[ordinal] = self._load(ordinal)
+        return self._devices[ordinal]
+
+
+_runtimes: dict[str, Runtime] = {}
+
+
+def register_runtime(runtime: Runtime) -> None:
+    _runtimes[runtime.platform] = runtime
 
 
 def platform_of(device: str) -> str:
     return device.split(":")[0]
 
 
-def get_backend(device: str) -> Backend:
-    """The backend for a device name such as 'cpu', 'cpu:0' or 'interp'."""
-    platform = platform_of(device)
-    if (loaded := _loaded.get(platform)) is not None: return loaded
-    if platform not in _backends:
-        raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_backends)}")
-    with _loading:  # two threads' first ops: one backend (one thread pool, one memory pool per device)
-        if platform not in _loaded: _loaded[platform] = _backends[platform]()
-    return _loaded[platform]
-
-
 def canonical_device(device: str) -> str:
-    """'cpu' -> 'cpu:0'; checks that the platform exists (without loading its backend)."""
-    if platform_of(device) not in _backends:
-        raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_backends)}")
-    return device if ":" in device else f"{device}:0"
+    """'cpu' -> 'cpu:0'; ValueError for an unknown platform or an ordinal the platform does not have (checked
+    without starting the platform's runtime)."""
+    platform, _, ordinal = device.partition(":")
+    runtime = _runtimes.get(platform)
+    if runtime is None:
+        raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_runtimes)}")
+    if not ordinal: return f"{platform}:0"
+    count = runtime.count()
+    if not ordinal.isdigit() or int(ordinal) >= count:
+        more = " (FNX_CPU_DEVICES sets how many cpu devices there are)" if platform == "cpu" else ""
+        raise ValueError(f"device {device!r} does not exist: {platform} has {count} device"
+                         f"{'s' if count != 1 else ''} ({', '.join(f'{platform}:{i}' for i in range(count))}){more}")
+    return f"{platform}:{int(ordinal)}"
 
 
-def _load_cpu() -> Backend:
-    from fnx.backends import cpu_llvm
-    return cpu_llvm.backend()
+def get_device(device: str) -> Device:
+    """The Device for a name such as 'cpu', 'cpu:3' or 'interp' (starting its runtime on first use)."""
+    name = canonical_device(device)
+    platform, _, ordinal = name.partition(":")
+    return _runtimes[platform].device(int(ordinal))
 
 
-def _load_interp() -> Backend:
-    from fnx.backends import interp
-    return interp.backend()
+def platform_devices(platform: str) -> list[Device]:
+    """Every device of a platform, in ordinal order."""
+    if platform not in _runtimes:
+        raise ValueError(f"unknown backend {platform!r}; known platforms: {sorted(_runtimes)}")
+    runtime = _runtimes[platform]
+    return [runtime.device(i) for i in range(runtime.count())]
 
 
-register_backend("cpu", _load_cpu)
-register_backend("interp", _load_interp)
+def platforms() -> list[str]:
+    return sorted(_runtimes)

@@ -4,149 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnx import dtypes
-from fnx.backends.device import Backend, Buffer, Executable
-from fnx.errors import UnsupportedError
+from fnx.backends.control import run_control
+from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, Runtime, get_device,
+                                 register_runtime)
+from fnx.debug.printing import format_function
+from fnx.lower.pipeline import inline_calls
+from fnx.lower.rangeify import BufferSpec
+from fnx.reference import primitive
 from fnx.uop import GroupOp, Ops, UOp
-
-
-def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # C semantics: truncate toward zero; x/0 = -1 and x/-1 = -x (wrapping, so MIN/-1 = MIN) as on XLA's CPU backend
-    minus_one = b == np.array(-1).astype(b.dtype) if b.dtype.kind == "i" else np.zeros(b.shape, bool)
-    safe = np.where((b == 0) | minus_one, np.array(1, b.dtype), b)
-    q = a // safe
-    q = np.where((a - q * safe != 0) & ((a < 0) != (safe < 0)), q + np.array(1, a.dtype), q)
-    q = np.where(minus_one, np.negative(a) if a.dtype.kind == "i" else a, q)
-    return np.where(b == 0, np.array(-1).astype(a.dtype), q).astype(a.dtype)
-
-
-def _int_rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    safe = np.where(b == 0, 1, b)
-    r = np.fmod(a, safe)
-    return np.where(b == 0, a, r).astype(a.dtype)
-
-
-def _shift(a: np.ndarray, b: np.ndarray, left: bool) -> np.ndarray:
-    bits = a.dtype.itemsize * 8
-    big = (b < 0) | (b >= bits)
-    shifted = np.left_shift(a, np.where(big, 0, b)) if left else np.right_shift(a, np.where(big, 0, b))
-    overflow = np.zeros_like(a) if left or a.dtype.kind == "u" else np.where(a < 0, -1, 0).astype(a.dtype)
-    return np.where(big, overflow, shifted)
-
-
-def _cast(x: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
-    if dtype.is_bool: return x != 0
-    if dtype.is_int and dtypes.from_numpy(x.dtype).is_float:  # (bfloat16's numpy kind is 'V')
-        top = 2.0 ** (8 * dtype.itemsize - (0 if dtype.is_unsigned else 1))  # (dtype.max rounds up to it in float)
-        f = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=top, neginf=dtype.min))
-        above = f >= top  # saturating as XLA: NaN -> 0, beyond the range -> its end
-        with np.errstate(invalid="ignore"):
-            inside = np.clip(np.where(above, 0.0, f), dtype.min, None).astype(dtype.np)
-        return np.where(above, np.array(dtype.max, dtype.np), inside)
-    return x.astype(dtype.np)
-
-
-def _float_op(fn):
-    def run(x):
-        with np.errstate(all="ignore"):
-            return fn(x.astype(np.float32) if x.dtype.itemsize < 4 else x).astype(x.dtype)
-    return run
-
-
-UNARY = {Ops.RECIP: _float_op(lambda x: 1 / x), Ops.SQRT: _float_op(np.sqrt), Ops.EXP2: _float_op(np.exp2),
-         Ops.LOG2: _float_op(np.log2), Ops.SIN: _float_op(np.sin), Ops.TRUNC: _float_op(np.trunc)}
-
-
-def _binary(op: Ops, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    isint = a.dtype.kind in "iu"
-    with np.errstate(all="ignore"):
-        if op is Ops.ADD: return np.logical_or(a, b) if a.dtype == np.bool_ else a + b
-        if op is Ops.MUL: return np.logical_and(a, b) if a.dtype == np.bool_ else a * b
-        if op is Ops.MAX: return np.maximum(a, b)
-        if op is Ops.DIV: return _int_div(a, b) if isint else a / b
-        if op is Ops.MOD: return _int_rem(a, b) if isint else np.fmod(a, b)
-        if op is Ops.CMPLT: return a < b
-        if op is Ops.CMPNE: return a != b
-        if op is Ops.AND: return a & b
-        if op is Ops.OR: return a | b
-        if op is Ops.XOR: return a ^ b
-        if op is Ops.SHL: return _shift(a, b, True)
-        if op is Ops.SHR: return _shift(a, b, False)
-    raise UnsupportedError(f"interp: no rule for {op}")
-
-
-def _gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
-    return np.take(x, np.clip(idx, 0, x.shape[axis] - 1), axis=axis)
-
-
-def _scatter(x: np.ndarray, idx: np.ndarray, upd: np.ndarray, axis: int, mode: str) -> np.ndarray:
-    out = x.copy()
-    moved, upd_moved = np.moveaxis(out, axis, 0), upd.reshape(x.shape[:axis] + (idx.size,) + x.shape[axis + 1:])
-    upd_moved = np.moveaxis(upd_moved, axis, 0)
-    for i, target in enumerate(idx.reshape(-1)):  # sequential: later updates win for "set", as on the CPU backend
-        if not 0 <= target < x.shape[axis]: continue
-        cur = moved[target]
-        if mode == "set": moved[target] = upd_moved[i]
-        elif mode == "add": moved[target] = cur + upd_moved[i]
-        elif mode == "mul": moved[target] = cur * upd_moved[i]
-        elif mode == "min": moved[target] = np.minimum(cur, upd_moved[i])
-        else: moved[target] = np.maximum(cur, upd_moved[i])
-    return out
-
-
-def _reduce(op: Ops, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    acc = np.float32 if x.dtype.kind == "V" or x.dtype == np.float16 else x.dtype  # 16-bit floats sum in float32
-    if op is Ops.ADD: return np.sum(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
-    if op is Ops.MUL: return np.prod(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
-    if x.size == 0:
-        dtype = dtypes.from_numpy(x.dtype)
-        fill = -np.inf if dtype.is_float else dtype.min
-        return np.full(tuple(1 if i in axes else s for i, s in enumerate(x.shape)), fill, x.dtype)
-    return np.max(x, axis=axes, keepdims=True)
-
-
-def _movement(u: UOp, x: np.ndarray) -> np.ndarray:
-    if u.op is Ops.RESHAPE: return x.reshape(u.arg)
-    if u.op is Ops.PERMUTE: return x.transpose(u.arg)
-    if u.op is Ops.EXPAND: return np.broadcast_to(x, u.arg)
-    if u.op is Ops.PAD: return np.pad(x, u.arg)
-    if u.op is Ops.SHRINK: return x[tuple(slice(b, e) for b, e in u.arg)]
-    return np.flip(x, axis=tuple(i for i, f in enumerate(u.arg) if f))
 
 
 def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
     """The value of one node given the values of its sources."""
-    if u.op in GroupOp.Control: src = []  # a control node reads its operands itself; bodies are not values
-    else: src = [values[s] for s in u.src]
-    if u.op is Ops.CONST: return np.full(u.shape, u.arg[0], dtype=u.dtype.np)
-    if u.op is Ops.IOTA:
-        shape, axis = u.arg
-        index = np.arange(shape[axis], dtype=u.dtype.np).reshape([-1 if i == axis else 1 for i in range(len(shape))])
-        return np.broadcast_to(index, shape)
     if u.op is Ops.BUFFER: return u.arg[0].numpy(u.shape)
-    if u.op in GroupOp.Movement: return _movement(u, src[0])
-    if u.op is Ops.INDEX: return _gather(src[0], src[1], u.arg)
-    if u.op is Ops.SCATTER: return _scatter(src[0], src[1], src[2], *u.arg)
-    if u.op is Ops.REDUCE: return _reduce(u.arg[0], src[0], u.arg[1])
-    if u.op is Ops.CAST: return _cast(src[0], u.dtype)
-    if u.op is Ops.BITCAST: return src[0].view(u.dtype.np)
-    if u.op in UNARY: return UNARY[u.op](src[0])
-    if u.op in GroupOp.Binary: return _binary(u.op, src[0], src[1])
-    if u.op is Ops.WHERE: return np.where(src[0], src[1], src[2])
-    if u.op in GroupOp.Marker: return src[0]
-    if u.op is Ops.TUPLE: return tuple(src)
-    if u.op is Ops.GETTUPLE: return src[0][u.arg]
-    if u.op is Ops.FUNCTION: return run(u, list(src[1:]))
+    if u.op is Ops.TUPLE: return tuple(values[s] for s in u.src)
+    if u.op is Ops.GETTUPLE: return values[u.src[0]][u.arg]
+    if u.op is Ops.FUNCTION: return run(u, [values[s] for s in u.src[1:]])
     if u.op in GroupOp.Control:
-        from fnx.backends.control import run_control
         inputs = [values[s] for s in u.operands]  # COND: the predicate, then the operands
         return tuple(run_control(u, inputs, lambda fn: lambda vals: list(run(fn, vals))))
-    raise UnsupportedError(f"interp: no rule for {u.op}")
+    return primitive(u, [values[s] for s in u.src])
 
 
 def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """Evaluate FUNCTION `fn` on numpy arguments (PARAM k takes args[k]); nested calls are inlined first."""
-    from fnx.lower.pipeline import inline_calls
     values: dict[UOp, np.ndarray] = {}
     body = inline_calls(fn.src[0])
     for u in body.graph:
@@ -155,18 +36,30 @@ def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 
 class InterpExecutable(Executable):
+    """One host step: the whole FUNCTION evaluated by `run`. Each output lands on its own device (a COPY's)."""
+
     def __init__(self, fn: UOp, device: str):
         self.fn, self.device = fn, device
+        outs = fn.src[0].src
+        self.buffers = [BufferSpec(p.dtype, p.size, "input", i) for i, p in enumerate(fn.src[1:])] + [
+            BufferSpec(o.dtype, o.size, "output", device=o.device if o.device != device else None) for o in outs]
+        self.output_ids = list(range(len(fn.src) - 1, len(self.buffers)))
+        self.items = [HostCall("evaluate", device, tuple(range(len(fn.src) - 1)), tuple(self.output_ids))]
 
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]:
         args = [b.numpy(a.shape) for a, b in zip(self.fn.src[1:], inputs)]
         outs = run(self.fn, args)
-        return [Buffer.from_numpy(self.device, np.array(o, dtype=u.dtype.np)) for o, u in zip(outs, self.fn.src[0].src)]
+        return [get_device(spec.device or self.device).allocator.from_numpy(np.asarray(o, dtype=u.dtype.np))
+                for o, u, spec in zip(outs, self.fn.src[0].src, self.buffers[len(inputs):])]
 
     def as_text(self, stage: str | None = None) -> str:
-        from fnx.debug.printing import format_function
-        return format_function(self.fn)
+        if stage == "items": return self.items_text()
+        return format_function(self.fn) if stage is not None else f"{format_function(self.fn)}\n\n{self.items_text()}"
 
 
-def backend() -> Backend:
-    return Backend("interp", InterpExecutable)
+class InterpDevice(Device):
+    def executable(self, fn: UOp) -> InterpExecutable:
+        return InterpExecutable(fn, self.name)
+
+
+register_runtime(Runtime("interp", lambda: 1, lambda i: InterpDevice("interp", i, HostAllocator(f"interp:{i}"))))

@@ -12,6 +12,7 @@ return None and run from the host loop.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from fnx.backends.control import body_function, operands
 from fnx.backends.llvm_render import render_module
 from fnx.lower.optimize import MIN_PARALLEL_WORK
 from fnx.lower.pipeline import lower
-from fnx.lower.rangeify import ControlStep
+from fnx.lower.rangeify import HostStep
 from fnx.uop import UOp
 
 
@@ -58,10 +59,10 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
     ops = operands(node)
     avals = [(u.shape, u.dtype) for u in ops]
     avals = avals[:ncarry] + [(shape[1:], dt) for shape, dt in avals[ncarry:ncarry + nxs]] + avals[ncarry + nxs:]
-    lowering = lower(body_function(node, node.src[0], avals), threads=1)
+    lowering = lower(body_function(node, node.src[0], avals), replace(compiler.target, threads=1))
     schedule, kernels = lowering.schedule, lowering.kernels
     nparams = len(avals)
-    if any(isinstance(k, ControlStep) for k, _ in kernels) or not kernels: return None
+    if any(isinstance(k, HostStep) for k, _ in kernels) or not kernels: return None
     if any(k.work >= MIN_PARALLEL_WORK for k, _ in kernels): return None  # big bodies keep their threads
     outs = schedule.outputs
     if len(set(outs)) != len(outs) or any(b < nparams for b in outs): return None

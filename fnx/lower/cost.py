@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from fnx.lower.linearize import range_deps
 from fnx.uop import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -87,7 +88,6 @@ def _ranges_in(u: UOp) -> frozenset[UOp]:
 
 def _loop_iterations(kernel: Kernel):
     """A function from a node of the kernel to how many times it runs (where linearize places it)."""
-    from fnx.lower.linearize import range_deps  # linearize imports rangeify, which imports this module
     deps = range_deps(kernel.sink)
     owner = {r: u for u in kernel.sink.toposort if u.op is Ops.REDUCE for r in u.src[1:]}
     position = {r: i for i, r in enumerate(kernel.ranges)}

@@ -10,8 +10,12 @@ after they close. Vector-lane ranges (`kernel.lanes`) are not loops: nodes that 
 """
 from __future__ import annotations
 
-from fnx.lower.rangeify import Kernel
+from typing import TYPE_CHECKING
+
 from fnx.uop import Ops, UOp
+
+if TYPE_CHECKING:  # (rangeify builds its cost model on range_deps below)
+    from fnx.lower.rangeify import Kernel
 
 # a linear program is a list of (what, node): what in open/close/node/acc_init/acc_update
 Linear = list[tuple[str, UOp]]

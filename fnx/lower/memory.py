@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fnx.lower.rangeify import ControlStep, Kernel, Schedule
+from fnx.lower.rangeify import HostStep, Kernel, Schedule
 from fnx.uop import Ops
 
 
@@ -38,7 +38,7 @@ class MemoryPlan:
 
 
 def _uses(step) -> list[int]:
-    return step.inputs + step.outputs if isinstance(step, ControlStep) else list(step.args)
+    return step.inputs + step.outputs if isinstance(step, HostStep) else list(step.args)
 
 
 def _nbytes(schedule: Schedule, b: int) -> int:
@@ -46,7 +46,7 @@ def _nbytes(schedule: Schedule, b: int) -> int:
 
 
 def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
-    produced_by_loops = {b for s in steps if isinstance(s, ControlStep) for b in s.outputs}
+    produced_by_loops = {b for s in steps if isinstance(s, HostStep) for b in s.outputs}
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, step in enumerate(steps):
@@ -83,11 +83,11 @@ def _accesses(kernel: Kernel, op: Ops) -> list:
 
 
 def _reads(step) -> set[int]:
-    return set(step.inputs) if isinstance(step, ControlStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
+    return set(step.inputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
 
 
 def _writes(step) -> set[int]:
-    return set(step.outputs) if isinstance(step, ControlStep) else {b for b, _ in _accesses(step, Ops.STORE)}
+    return set(step.outputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.STORE)}
 
 
 def _in_place(step, donated: int, out: int) -> bool:
@@ -100,7 +100,7 @@ def _in_place(step, donated: int, out: int) -> bool:
     elements, so no read ever sees a write.
     """
     if donated not in _reads(step): return True
-    if isinstance(step, ControlStep): return False
+    if isinstance(step, HostStep): return False
     stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
     if len(stores) != 1 or len(stores[0].src) != 3 or out in _reads(step): return False
     index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)
@@ -121,7 +121,7 @@ def donation_aliases(schedule: Schedule, steps: list, donated: tuple[int, ...]) 
     for i, step in enumerate(steps):
         for b in _writes(step): first_write.setdefault(b, i)
         for b in _reads(step): last_read[b] = i
-    loop_outputs = {b for s in steps if isinstance(s, ControlStep) for b in s.outputs}
+    loop_outputs = {b for s in steps if isinstance(s, HostStep) for b in s.outputs}
     aliases: dict[int, int] = {}
     for p in donated:
         spec = schedule.buffers[p]

@@ -22,8 +22,9 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
   cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache. A float sum
   allows FLAT_SUM_MAX passes at most (each adds into the output in a row).
 
-`heuristic_opts` chooses actions by hand rules; `FNX_BEAM` (fnx/lower/search.py) searches the same actions by
-timing. After the actions, whichever they were, long float sums become levels of short partial sums
+`heuristic_opts` chooses actions by hand rules, reading the machine (vector width and registers, L2, threads)
+from a `Target` (fnx/lower/target.py); `FNX_BEAM` (fnx/lower/search.py) searches the same actions by timing.
+After the actions, whichever they were, long float sums become levels of short partial sums
 (`block_sums`: their rounding error stays near a pairwise sum's), then loads and stores whose index walks memory
 one element per lane become single vector instructions (their `arg` names the lane range) and the rest
 gathers/scatters (the devectorize step). The whole design, with the heuristics' measurements, is in
@@ -39,11 +40,11 @@ from fnx.lower.cost import _ranges_in
 from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
+from fnx.lower.target import Target
 from fnx.rewrite import substitute
 from fnx.uop import Ops, UOp
 
 MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
-VECTOR_BYTES = 64             # one AVX-512 register; LLVM splits wider vectors and scalarizes what the CPU lacks
 
 
 @dataclass(frozen=True)
@@ -369,10 +370,34 @@ def _stride(index: UOp, r: UOp) -> int | None:
     return sum(c for t, c in parts if t is r)
 
 
-def _lane_width(k: Kernel) -> int:
+def _lane_bytes(k: Kernel) -> int:
+    """Register bytes of one lane: the kernel's widest value, at least 4 (16-bit floats compute in float32
+    registers; narrower integers get as many lanes as float32)."""
     sizes = [(u.src[2] if u.op is Ops.STORE else u).dtype.itemsize for u in k.sink.toposort
              if u.op in (Ops.LOAD, Ops.STORE, Ops.REDUCE) or (u.op is Ops.CAST and u.dtype.is_float)]
-    return max(4, min(16, VECTOR_BYTES // max(sizes, default=4)))
+    return max([4, *sizes])
+
+
+def _lane_width(k: Kernel, target: Target) -> int:
+    """Lanes of one vector register (at least 4: LLVM splits a wider vector over registers)."""
+    return max(4, target.vector_bytes // _lane_bytes(k))
+
+
+def _block_rows(target: Target, vectors: int) -> int:
+    """The most output rows of a register block whose rows hold `vectors` vector accumulators each: at most
+    MAX_ACCUMULATORS of them, with room beside them for a row's B vectors and a broadcast of A. 32 registers
+    (AVX-512, where the matmul comments were measured): 12 rows of one vector, 8 of two, 4 of four; 16 (AVX2):
+    12, 6 (the classic 6 x 16 floats) and 2."""
+    accumulators = min(MAX_ACCUMULATORS, target.vector_registers - vectors - 1)
+    return max(1, min(MAX_BLOCK_ROWS, accumulators // vectors))
+
+
+def _column_block(target: Target, panel_bytes: int) -> int:
+    """Vector panels of B per column block (a power of two): the block's k-slab, ACC_K rows of `panel_bytes`
+    per panel, takes an eighth of L2 (8 panels x 32 floats x 256 k = 256 KiB of a 2 MiB Xeon's, where it was
+    measured), so it stays there while every row block walks it."""
+    panels = max(1, target.l2_bytes // 8 // (ACC_K * panel_bytes))
+    return 1 << (panels.bit_length() - 1)
 
 
 def _loads(k: Kernel) -> list[UOp]:
@@ -383,9 +408,9 @@ def _largest_divisor(n: int, limit: int) -> int:
     return max(d for d in range(1, limit + 1) if n % d == 0)
 
 
-L2_BYTES = 1 << 20   # per core: Zen 4's (Xeons have 2 MiB); a k-slab of matmul operands should stay in it
 ACC_K = 256          # the k-slab when accumulating in the output
-N_BLOCK = 8          # vector panels of B per column block (8 x 32 floats x 256 k = 256 KiB)
+MAX_BLOCK_ROWS = 12  # rows of a register block (_block_rows)
+MAX_ACCUMULATORS = 16  # vector accumulators of a register block: half of AVX-512's registers
 PACK_REUSE = 512     # rows that read B's panels: from here packing B costs under ~10% of the matmul and wins
                      # 15-100% (measured at 512..4096: 250-350 vs 120-290 GFLOP/s); at 256 rows it loses
 
@@ -418,10 +443,10 @@ def _pack_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
     return [Opt("PACK", axis, lanes[0])] + opts
 
 
-def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt]:
-    """Hand-chosen actions: vector lanes on the unit-stride loop, register blocking, cache blocking and packing of
-    B for matmul-like reductions, threads on the outermost independent loop. `packed`: the kernel is scheduled as
-    the matmul it becomes once its transposed B is packed (a @ b.T)."""
+def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[Opt]:
+    """Hand-chosen actions for `target`: vector lanes on the unit-stride loop, register blocking, cache blocking
+    and packing of B for matmul-like reductions, threads on the outermost independent loop. `packed`: the kernel is
+    scheduled as the matmul it becomes once its transposed B is packed (a @ b.T)."""
     opts: list[Opt] = []
     if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
     if (b := _transposed_operand(k)) is not None and _rows(k) >= 8:
@@ -430,12 +455,12 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         some = next(u for u in b.toposort if u.op is Ops.LOAD)
         row_major = UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))
         plain = replace(k, sink=substitute(k.sink, {b: row_major}))
-        opts = heuristic_opts(plain, threads, packed=True)
+        opts = heuristic_opts(plain, target, packed=True)
         if any(o.op == "PACK" for o in opts): return opts
         if (with_pack := _pack_first(k, opts, pack_always=True)) is not opts: return with_pack
         opts = []
     stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's walk the reductions)
-    w = _lane_width(k)
+    w, lane_bytes = _lane_width(k, target), _lane_bytes(k)
     inner = k.ranges[-1] if k.ranges else None
     store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)
     red = k.reduce_ranges[-1] if k.reduce_ranges else None
@@ -459,7 +484,9 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         n_out = len(k.ranges)
         slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
         kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
-        if (slab > L2_BYTES and kc and kc < red.arg[1] <= kc * FLAT_SUM_MAX and stores[0].src[2].op is Ops.REDUCE
+        # B's k x n slab over half of L2 (beside A's rows and the output) does not stay there: split it in k
+        if (slab > target.l2_bytes // 2 and kc and kc < red.arg[1] <= kc * FLAT_SUM_MAX
+                and stores[0].src[2].op is Ops.REDUCE
                 and len(k.reduce_ranges) == 1):  # (more k-slabs would add into the output too many times in a row)
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
             n_out += 1
@@ -470,16 +497,18 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
         # step 2.11 -> 1.87 ms); with k-slabs that loses (1024²: 338 vs 351 GFLOP/s)
         pack = packed or _rows(k) >= PACK_REUSE
         if thread_axis and inner.arg[1] % (2 * w) == 0: w *= 2
-        elif pack and inner.arg[1] % (4 * w) == 0 and w == 16: w *= 4
+        elif pack and inner.arg[1] % (4 * w) == 0 and lane_bytes == 4 and _block_rows(target, 4) >= 4: w *= 4
         elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
         opts.append(Opt("VECTORIZE", n_out - 1, w))
         if n_out - thread_axis >= 2:
-            up = _largest_divisor(k.ranges[-2].arg[1], 4 if w > 32 else 8 if w > 16 else 12)
+            vectors = -(-w * lane_bytes // target.vector_bytes)  # registers a row of the block accumulates in
+            up = _largest_divisor(k.ranges[-2].arg[1], _block_rows(target, vectors))
             if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
             panels = -(-inner.arg[1] // w)
-            if thread_axis and panels > N_BLOCK and panels % N_BLOCK == 0:
-                # column blocks: the k-slab of B for N_BLOCK panels stays in L2 while every row block walks it
-                opts += [Opt("SPLIT", n_out - 1, N_BLOCK), Opt("SWAP", n_out - 2, n_out - 1)]
+            block = _column_block(target, w * stores[0].src[2].dtype.itemsize)
+            if thread_axis and 2 <= block < panels and panels % block == 0:
+                # column blocks: the k-slab of B for `block` panels stays in L2 while every row block walks it
+                opts += [Opt("SPLIT", n_out - 1, block), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
         opts = _pack_first(k, opts, pack_always=packed)
     else:
@@ -501,7 +530,7 @@ def heuristic_opts(k: Kernel, threads: int, *, packed: bool = False) -> list[Opt
                 opts.append(Opt("VECTORIZE", axis, w))
             except OptError:
                 pass
-    if threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
+    if target.threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
         sizes = _output_loop_sizes(k, opts)
         if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
             opts.append(Opt("THREAD", thread_axis))
@@ -536,11 +565,11 @@ def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:
     return devectorize(block_sums(k))
 
 
-_overrides: list = []   # test hooks: callables (kernel, threads) -> actions, innermost last
+_overrides: list = []   # test hooks: callables (kernel, target) -> actions, innermost last
 
 
 class schedule_override:
-    """`with schedule_override(choose): ...` lowers every kernel with the actions `choose(kernel, threads)` returns
+    """`with schedule_override(choose): ...` lowers every kernel with the actions `choose(kernel, target)` returns
     (tests use it to run arbitrary schedules against the oracle)."""
 
     def __init__(self, choose):
@@ -553,19 +582,20 @@ class schedule_override:
         _overrides.remove(self.choose)
 
 
-def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None, new_buffer=None) -> list[Kernel]:
-    """The schedule of one kernel for a CPU with `threads` worker threads: `opts` when given, else the BEAM
-    search's cached choice (FNX_BEAM) or the hand heuristics. Returns the kernels to run in order: PACK's copies,
-    ACCUMULATE's init kernel, then the kernel itself. `new_buffer(dtype, size) -> buffer id` gives PACK's panels
-    a buffer of the schedule (without it they keep placeholder ids, -1 and down, at the end of the arguments)."""
-    if opts is None and _overrides: opts = _overrides[-1](kernel, threads)  # None: no override for this kernel
-    if opts is None:
-        from fnx.lower.search import searched_opts
-        opts = searched_opts(kernel, threads)
-    if opts is None: opts = heuristic_opts(kernel, threads)
+def overridden_opts(kernel: Kernel, target: Target) -> list[Opt] | None:
+    """The actions the innermost schedule_override chooses for `kernel`, or None (no override, or none for it)."""
+    return _overrides[-1](kernel, target) if _overrides else None
+
+
+def optimize(kernel: Kernel, target: Target, opts: list[Opt] | None = None, new_buffer=None) -> list[Kernel]:
+    """The schedule of one kernel for `target`: `opts` when given (a test's override, BEAM's choice), else the
+    hand heuristics. Returns the kernels to run in order: PACK's copies, ACCUMULATE's init kernel, then the kernel
+    itself. `new_buffer(dtype, size) -> buffer id` gives PACK's panels a buffer of the schedule (without it they
+    keep placeholder ids, -1 and down, at the end of the arguments)."""
+    if opts is None: opts = heuristic_opts(kernel, target)
     k = apply_opts(kernel, opts)
-    out = [apply_opts(p, heuristic_opts(p, threads)) for p in k.prelude]
-    if k.init: out.append(apply_opts(k.init[0], heuristic_opts(k.init[0], threads)))
+    out = [apply_opts(p, heuristic_opts(p, target)) for p in k.prelude]
+    if k.init: out.append(apply_opts(k.init[0], heuristic_opts(k.init[0], target)))
     out.append(replace(k, name=f"{kernel.name}_acc" if k.init else k.name, init=(), prelude=()))
     if new_buffer is None or not k.prelude: return out
     ids = {}
@@ -576,4 +606,4 @@ def optimize(kernel: Kernel, threads: int, opts: list[Opt] | None = None, new_bu
 
 
 __all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize",
-           "schedule_override"]
+           "schedule_override", "overridden_opts"]

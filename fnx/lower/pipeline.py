@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 from fnx import dtypes
 from fnx.debug.printing import format_function
+from fnx.lower.cost import describe
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
-from fnx.lower.optimize import optimize
-from fnx.lower.rangeify import BufferSpec, ControlStep, Kernel, Schedule, rangeify
+from fnx.lower.optimize import optimize, overridden_opts
+from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule, TransferStep, rangeify
+from fnx.lower.search import searched_opts
 from fnx.lower.symbolic import simplify_graph
+from fnx.lower.target import Target
 from fnx.lower.transcendental import transcendental
 from fnx.rewrite import graph_rewrite, substitute
 from fnx.uop import Ops, UOp
@@ -71,15 +74,13 @@ class Lowering:
             return (f"{len(plan.slot_of)} intermediate buffers in {len(plan.slot_bytes)} allocations: "
                     f"{plan.planned_bytes} bytes instead of {plan.unplanned_bytes}; buffer -> slot {plan.slot_of}")
         if stage == "rangeify":  # the kernel split, each kernel with its estimated FLOPs and bytes
-            from fnx.lower.cost import describe
-            return "\n".join(f"{k.name}: host loop over compiled bodies" if isinstance(k, ControlStep) else
+            return "\n".join(f"{k.name}: {_host_step_text(k)}" if isinstance(k, HostStep) else
                              f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg[1] for r in k.ranges]} reduce "
                              f"{[r.arg[1] for r in k.reduce_ranges]}" for k in self.schedule.kernels)
         parts = []
         for kernel, lines in self.kernels:
             if lines is None:
-                parts.append(f"{kernel.name}: host loop over compiled bodies, buffers {kernel.inputs} -> "
-                             f"{kernel.outputs}")
+                parts.append(f"{kernel.name}: {_host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
                 continue
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
                     f"{[r.arg[1] for r in kernel.ranges]} reduce {[r.arg[1] for r in kernel.reduce_ranges]}")
@@ -90,6 +91,10 @@ class Lowering:
         return "\n".join(parts)
 
 
+def _host_step_text(step: HostStep) -> str:
+    return f"transfer to {step.device}" if isinstance(step, TransferStep) else "host loop over compiled bodies"
+
+
 def _new_buffer(schedule: Schedule):
     """A callback giving the schedule a new intermediate buffer (PACK's panels) and returning its id."""
     def new(dtype: dtypes.DType, size: int) -> int:
@@ -98,21 +103,25 @@ def _new_buffer(schedule: Schedule):
     return new
 
 
-def lower(fn: UOp, threads: int, emit=None) -> Lowering:
-    """The kernels of FUNCTION `fn` for a CPU with `threads` threads; `emit(kernels)`, when given, receives each
-    kernel's optimized pieces (kernel, linear program) as soon as they are done (the CPU backend compiles them
-    while the next ones are lowered)."""
+def lower(fn: UOp, target: Target, emit=None, measure=None) -> Lowering:
+    """The kernels of FUNCTION `fn` for `target` (its vector width, caches and threads steer the schedules);
+    `emit(kernels)`, when given, receives each kernel's optimized pieces (kernel, linear program) as soon as they
+    are done (the CPU backend compiles them while the next ones are lowered). A kernel's actions are a test's
+    schedule_override's, else BEAM's when FNX_BEAM is set and the backend gave a way to time kernels (`measure`,
+    fnx/lower/search.py), else the hand heuristics'."""
     fn = callify(fn)
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
     kernels: list = []
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{kernel.name}"
-        if isinstance(kernel, ControlStep):  # runs on the host: its bodies are lowered when first called
+        if isinstance(kernel, HostStep):  # the runtime does it (control flow: its bodies are lowered when first run)
             kernels.append((kernel, None))
             continue
         kernel.sink = graph_rewrite(kernel.sink, transcendental)
-        done = [(k, linearize(k)) for k in optimize(kernel, threads, new_buffer=_new_buffer(schedule))]
+        opts = overridden_opts(kernel, target)
+        if opts is None and measure is not None: opts = searched_opts(kernel, target, measure)
+        done = [(k, linearize(k)) for k in optimize(kernel, target, opts, new_buffer=_new_buffer(schedule))]
         kernels.extend(done)
         if emit is not None: emit(done)
     return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))

@@ -46,6 +46,7 @@ class BufferSpec:
     size: int
     kind: str          # 'input' | 'intermediate' | 'output'
     param: int = -1    # input slot for kind 'input'
+    device: str | None = None  # where it lives when not the executable's own device (a COPY's output)
 
 
 @dataclass
@@ -403,7 +404,7 @@ def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> li
                              builder.reduce_ranges, parallel=False)]
 
 
-_ALWAYS_REALIZED = (Ops.SCATTER, Ops.CONTIGUOUS)
+_ALWAYS_REALIZED = (Ops.SCATTER, Ops.CONTIGUOUS, Ops.COPY)
 _OWN_BUFFER = (Ops.REDUCE, *_ALWAYS_REALIZED)  # a reshape of one of these, when needed in a buffer, aliases it
 
 
@@ -416,12 +417,35 @@ def _must_realize(body: UOp, plan: _Plan) -> list[UOp]:
 
 
 @dataclass
-class ControlStep:
-    """A control-flow node run on the host: its inputs (COND: predicate first) and one buffer per output."""
+class HostStep:
+    """A step of the schedule that is not a kernel: the runtime does it (its buffers are `inputs` -> `outputs`)."""
     node: UOp
     inputs: list[int]
     outputs: list[int]
+    name: str
+
+
+@dataclass
+class ControlStep(HostStep):
+    """A control-flow node run on the host: its inputs (COND: predicate first) and one buffer per output."""
     name: str = "control"
+
+
+@dataclass
+class TransferStep(HostStep):
+    """COPY to another device: buffer inputs[0] copied into outputs[0], which lives on `device` (the seed's COPY,
+    kept through lowering so a program over several devices is one schedule)."""
+    device: str = ""
+    name: str = "copy"
+
+
+def _transfer_step(u: UOp, schedule: Schedule) -> TransferStep:
+    """A buffer on COPY u's device, filled from its (already realized) source's buffer."""
+    if u.src[0] not in schedule.realized: raise _Realize(u.src[0])
+    schedule.buffers.append(BufferSpec(u.dtype, u.size, "intermediate", device=u.arg))
+    schedule.realized[u] = len(schedule.buffers) - 1
+    return TransferStep(u, [schedule.realized[u.src[0]]], [schedule.realized[u]], device=u.arg,
+                        name=f"copy_{u.src[0].device}_to_{u.arg}")
 
 
 def _control_step(node: UOp, schedule: Schedule) -> ControlStep:
@@ -517,6 +541,15 @@ def _split(fn: UOp, plan: _Plan) -> Schedule:
                     continue
             done.add(u)
             continue
+        if u.op is Ops.COPY:
+            if u not in schedule.realized:
+                try:
+                    schedule.kernels.append(_transfer_step(u, schedule))
+                except _Realize as need:
+                    pending[:0] = [need.node, u]
+                    continue
+            done.add(u)
+            continue
         if u.op is Ops.RESHAPE and (u.src[0] in schedule.realized or u.src[0].op in _OWN_BUFFER):
             if u.src[0] not in schedule.realized:  # a reshape of a buffer is the same buffer: realize the base
                 pending[:0] = [u.src[0], u]
@@ -525,7 +558,7 @@ def _split(fn: UOp, plan: _Plan) -> Schedule:
             done.add(u)
             continue
         buf_id = len(buffers)
-        buffers.append(BufferSpec(u.dtype, u.size, "intermediate"))
+        buffers.append(BufferSpec(u.dtype, u.size, "intermediate", device=u.device))
         schedule.realized[u] = buf_id
         try:
             kernels = _kernel_for(u, buf_id, schedule, plan)

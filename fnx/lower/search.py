@@ -1,32 +1,27 @@
 """BEAM search over a kernel's schedule: the same actions as the hand heuristics (fnx/lower/optimize.py), chosen
-by timing each candidate on the device.
+by timing each candidate on the device. The backend passes in how to time: `measure(kernel, target)` returns a
+timer, `timer(kernels) -> seconds` (the CPU's is fnx/backends/cpu_beam.py), so lowering needs no backend.
 
 `FNX_BEAM=N` keeps the N fastest schedules at each depth, extends each by every action that applies, and stops when
 a depth brings no improvement (or after MAX_DEPTH actions). The hand heuristic's schedule is always a candidate, so
 the search never returns something slower than it measured. The winner is cached on disk under FNX_CACHE_DIR
-(`beam/<key>.json`), content-addressed by the kernel's graph, its loops, the thread count and the CPU, so a later
-process reuses it without timing anything. A progress bar (tqdm, when installed) shows the candidates timed.
+(`beam/<key>.json`), content-addressed by the kernel's graph, its loops and the target (`Target.key`: the CPU,
+its features and caches, the thread count), so a later process reuses it without timing anything. A progress bar
+(tqdm, when installed) shows the candidates timed.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
-import numpy as np
-
+from fnx.cache_files import write_atomically
 from fnx.config import config
-from fnx.lower.linearize import linearize
 from fnx.lower.optimize import Opt, OptError, apply_opt, heuristic_opts, optimize
 from fnx.lower.rangeify import Kernel
-from fnx.uop import Ops
+from fnx.lower.target import Target
 
 MAX_DEPTH = 5
-REPEATS = 3
 _AMOUNTS = {"VECTORIZE": (4, 8, 16, 32), "UPCAST": (2, 3, 4, 6, 8), "UNROLL": (2, 4, 8), "SPLIT": (2, 4, 16, 64, 256)}
 
 
@@ -70,80 +65,24 @@ def _load(key: str) -> list[Opt] | None:
 
 
 def _store(key: str, opts: list[Opt], seconds: float) -> None:
-    from fnx.backends.cpu_llvm import write_atomically
     path = _cache_path(key)
     if path is None: return
     text = json.dumps({"key": key, "opts": [[o.op, o.axis, o.amount] for o in opts], "seconds": seconds})
     write_atomically(path, text.encode())
 
 
-class KernelTimer:
-    """Compiles one schedule of a kernel (with its init kernel) and times it on random buffers."""
-
-    def __init__(self, kernel: Kernel, threads: int):
-        from fnx.backends.cpu_llvm import _compiler
-        self.compiler, self.threads = _compiler(), threads
-        self.pool = _pool(threads) if threads > 1 else None
-        self.rng, self.buffers = np.random.default_rng(0), []
-        self._allocate(kernel)
-
-    def _allocate(self, kernel: Kernel) -> None:
-        """Random host buffers for the kernel's arguments that have none yet, or too small a one (PACK's panels
-        come last, and their size depends on the schedule)."""
-        params = {u.arg[0]: u for u in kernel.sink.toposort if u.op is Ops.PARAM}
-        self.buffers += [np.zeros(1, np.float32)] * (max(len(kernel.args), 1) - len(self.buffers))
-        for i, p in params.items():
-            size, dtype = p.arg[1][0], p.dtype
-            if self.buffers[i].size >= size and self.buffers[i].dtype == dtype.np: continue
-            host = self.rng.standard_normal(size) if dtype.is_float else self.rng.integers(0, 2, size)
-            self.buffers[i] = np.ascontiguousarray(host.astype(dtype.np))
-
-    def __call__(self, kernels: list[Kernel]) -> float:
-        from fnx.backends.llvm_render import render_module
-        kernels = [replace(k, name=f"beam{i}") for i, k in enumerate(kernels)]
-        for k in kernels: self._allocate(k)
-        engine, _ = self.compiler.compile(render_module([(k, linearize(k)) for k in kernels]))
-        launches = []
-        for k in kernels:
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * max(len(k.args), 1)), ctypes.c_int64, ctypes.c_int64)
-            func = proto(engine.get_function_address(k.name))
-            outer = k.ranges[k.thread_range].arg[1] if k.thread_range >= 0 else 1
-            args = [self.buffers[i].ctypes.data for i in range(max(len(k.args), 1))]
-            launches.append((func, args, outer, k.thread_range >= 0))
-        best = float("inf")
-        for _ in range(REPEATS + 1):
-            start = time.perf_counter()
-            for func, args, outer, threaded in launches:
-                if threaded and self.pool is not None:
-                    chunk = -(-outer // self.threads)
-                    jobs = [self.pool.submit(func, *args, lo, min(lo + chunk, outer)) for lo in range(0, outer, chunk)]
-                    for job in jobs: job.result()
-                else:
-                    func(*args, 0, outer)
-            best = min(best, time.perf_counter() - start)
-        self._keep = engine  # the code must outlive the calls above
-        return best
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    if threads not in _pools: _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="fnx-beam")
-    return _pools[threads]
-
-
-def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], float, float]:
-    """(best actions, their time, the hand heuristic's time), by timing candidates."""
-    timer = KernelTimer(kernel, threads)
-    heuristic = heuristic_opts(kernel, threads)
+def beam_search(kernel: Kernel, target: Target, width: int, measure) -> tuple[list[Opt], float, float]:
+    """(best actions, their time, the hand heuristic's time), by timing candidates with `measure(kernel, target)`'s
+    timer."""
+    timer = measure(kernel, target)
+    heuristic = heuristic_opts(kernel, target)
     timings: dict[tuple, float] = {}
 
-    def measure(opts: list[Opt]) -> float:
+    def time_of(opts: list[Opt]) -> float:
         key = tuple(opts)
         if key not in timings:
             try:
-                timings[key] = timer(optimize(kernel, threads, opts))
+                timings[key] = timer(optimize(kernel, target, opts))
             except (OptError, AssertionError, ZeroDivisionError):
                 timings[key] = float("inf")
         return timings[key]
@@ -153,8 +92,8 @@ def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], fl
         bar = tqdm(desc=f"BEAM {kernel.name}", unit="schedule", leave=False)
     except ImportError:
         bar = None
-    base = measure(heuristic)
-    beam = [([], measure([])), (heuristic, base)]
+    base = time_of(heuristic)
+    beam = [([], time_of([])), (heuristic, base)]
     best = min(beam, key=lambda b: b[1])
     for _ in range(MAX_DEPTH):
         found = []
@@ -169,7 +108,7 @@ def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], fl
                     apply_opt(probe, act)
                 except (OptError, AssertionError):
                     continue
-                t = measure(opts + [act])
+                t = time_of(opts + [act])
                 if bar is not None: bar.update(1)
                 found.append((opts + [act], t))
         if not found: break
@@ -181,13 +120,14 @@ def beam_search(kernel: Kernel, threads: int, width: int) -> tuple[list[Opt], fl
     return list(best[0]), best[1], base
 
 
-def searched_opts(kernel: Kernel, threads: int) -> list[Opt] | None:
-    """The cached or freshly searched schedule when FNX_BEAM is set, else None (use the heuristics)."""
+def searched_opts(kernel: Kernel, target: Target, measure) -> list[Opt] | None:
+    """The cached or freshly searched schedule for `target` when FNX_BEAM is set, else None (use the heuristics).
+    `measure(kernel, target)` gives the backend's timer (beam_search)."""
     if config.beam <= 0 or not kernel.parallel: return None
-    key = hashlib.sha256(f"{_graph_text(kernel)}|{threads}|{_target()}".encode()).hexdigest()
+    key = hashlib.sha256(f"{_graph_text(kernel)}|{target.key}".encode()).hexdigest()
     cached = _load(key)
     if cached is not None and _applies(kernel, cached): return cached  # (an older fnx may have allowed more)
-    opts, seconds, _ = beam_search(kernel, threads, config.beam)
+    opts, seconds, _ = beam_search(kernel, target, config.beam, measure)
     _store(key, opts, seconds)
     return opts
 
@@ -198,8 +138,3 @@ def _applies(kernel: Kernel, opts: list[Opt]) -> bool:
     except OptError:
         return False
     return True
-
-
-def _target() -> str:
-    from fnx.backends.cpu_llvm import _compiler
-    return _compiler().cache.target_id

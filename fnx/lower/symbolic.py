@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from fnx import dtypes
-from fnx.backends import interp
+from fnx.reference import primitive
 from fnx.rewrite import PatternMatcher, UPat, graph_rewrite
 from fnx.uop import GroupOp, Ops, UOp, scalar_of
 
@@ -15,8 +15,7 @@ from fnx.uop import GroupOp, Ops, UOp, scalar_of
 def _fold(u: UOp) -> UOp | None:
     """Evaluate an ALU node whose sources are all constants (with the interp backend's exact semantics)."""
     if not all(s.op is Ops.CONST for s in u.src): return None
-    value = interp.evaluate(UOp(u.op, u.dtype, tuple(UOp.const(s.dtype, s.arg[0]) for s in u.src), u.arg),
-                            {UOp.const(s.dtype, s.arg[0]): np.array(s.arg[0], dtype=s.dtype.np) for s in u.src})
+    value = primitive(u, [np.array(s.arg[0], dtype=s.dtype.np) for s in u.src])
     return UOp.const(u.dtype, np.asarray(value).reshape(()).item(), u.shape)
 
 
@@ -87,7 +86,9 @@ movement = PatternMatcher([
      lambda p, q: UOp(Ops.PERMUTE, p.dtype, (q.src[0],), tuple(q.arg[i] for i in p.arg))),
     (UPat(Ops.EXPAND, src=(UPat(Ops.EXPAND, name="x"),), name="e"),
      lambda e, x: UOp(Ops.EXPAND, e.dtype, x.src, e.arg)),
-    (UPat({Ops.DETACH, Ops.COPY}, name="d"), lambda d: d.src[0]),
+    (UPat(Ops.DETACH, name="d"), lambda d: d.src[0]),
+    # a COPY stays only where it moves a value between devices (a transfer item of the executable)
+    (UPat(Ops.COPY, name="d", predicate=lambda u: u.src[0].device in (None, u.arg)), lambda d: d.src[0]),
     (UPat(Ops.FLIP, name="f", predicate=lambda u: not any(u.arg)), lambda f: f.src[0]),
 ])
 

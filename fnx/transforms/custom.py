@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from fnx import dtypes, tree_util
+from fnx import dtypes, lax, tree_util
 from fnx.errors import at_user_line
 from fnx.trace import Array, LRUCache, _realize_tree, building, state, trace
 from fnx.uop import Ops, UOp
@@ -45,7 +45,24 @@ class CustomRule:
     def static_values(self) -> list:
         return [v for _, v in self.static]
 
+    def full_args(self, dynamic: Sequence[Any]) -> list:
+        """The user's full argument list: the static arguments at their positions, `dynamic` in the others."""
+        return with_static(self.static, dynamic)
+
+    def apply_jvp(self, primals: list[Array], tangents: list[Array | None]) -> tuple[list[Array], list[Array]]:
+        """(output leaves, output tangent leaves) of the user's jvp at `primals` along `tangents` (None: zero)."""
+        zeros = [t if t is not None else lax.full(p.shape, 0, p.uop.dtype) for t, p in zip(tangents, primals)]
+        out, tout = self.jvp(*self.static_values, self.dynamic_args(primals), self.dynamic_args(zeros))
+        return ([lax.to_array(o) for o in tree_util.tree_leaves(out)],
+                [lax.to_array(t) for t in tree_util.tree_leaves(tout)])
+
     def __hash__(self) -> int: return id(self)
+
+
+def with_static(static: tuple, dynamic: Sequence[Any]) -> list:
+    """A full argument list: each (position, value) of `static` at its position, `dynamic` in order around them."""
+    positions, it = dict(static), iter(dynamic)
+    return [positions[i] if i in positions else next(it) for i in range(len(positions) + len(dynamic))]
 
 
 def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial: int, **rules) -> Any:
@@ -53,11 +70,9 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
     static = tuple((i, args[i]) for i in nondiff_argnums)
     dynamic = tuple(a for i, a in enumerate(args) if i not in nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(dynamic)
-    positions = dict(static)
 
     def body(*dyn):
-        it = iter(dyn)
-        return fun(*[positions[i] if i in positions else next(it) for i in range(len(args))])
+        return fun(*with_static(static, dyn))
     traced = trace(body, dynamic, transform=True, tag=("call", serial),
                    kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
     rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
@@ -89,8 +104,7 @@ def _hashable(static: tuple) -> Any:
 
 
 def _leaf(x: Any, param: UOp) -> UOp:
-    from fnx.lax import to_array
-    return x.uop if isinstance(x, Array) else to_array(x, param.dtype).uop
+    return x.uop if isinstance(x, Array) else lax.to_array(x, param.dtype).uop
 
 
 class custom_jvp:

@@ -6,20 +6,31 @@ its primitive's rule in `vjp_rules` turns that into one cotangent per source:
 
     vjp_rules[Ops.MUL] = lambda g, u, x, y: (g * y, g * x)      # d(x*y) = y dx + x dy
 
+Every rule has that one signature, `rule(g, u, *operands) -> one cotangent (None: zero) per operand`, where
+`operands` are the node's value sources (`u.operands`) as Arrays and `g` is the node's cotangent. A call or
+control node (CALL, COND, WHILE, SCAN) has a tuple of outputs, so its `g` is a list with one cotangent per
+output (None: zero), collected from the GETTUPLEs that read them.
+
 The backward pass is itself a graph over the function's PARAMs and the cotangents: it can be jitted, run
 eagerly, or differentiated again (grad of grad). Only floating-point values carry cotangents.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
-from fnx.trace import Array, _realize_tree, building, inline, state, trace
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.rewrite import substitute
+from fnx.trace import Array, building, inline, trace
+from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
+                                   tuple_valued)
+from fnx.transforms.control_rules import cond_vjp, scan_vjp, while_vjp
+from fnx.uop import Ops, UOp
 
 # ---- the backward pass over a graph ----
 
@@ -27,18 +38,13 @@ from fnx.uop import GroupOp, Ops, UOp
 def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
     """Nodes under `outs` that depend on some node of `wrt` through float values (a CALL carries its outputs')."""
     live = set(wrt)
-    for u in _graph(outs):
+    for u in graph(outs):
         if u in live: continue
-        if u.op is Ops.CALL or u.op in GroupOp.Control:
+        if tuple_valued(u):
             if any(s in live for s in u.operands): live.add(u)
         elif u.dtype.is_float and any(s in live for s in u.src):
             live.add(u)
     return live
-
-
-def _graph(outs: list[UOp]) -> list[UOp]:
-    """The nodes under `outs`, sources first, not descending into call bodies (they are rewritten per call)."""
-    return [u for u in UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)).graph][:-1]
 
 
 def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) -> list[Array | None]:
@@ -52,98 +58,52 @@ def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) ->
 
     for o, ct in zip(outs, cotangents): send(o, ct)
     stop = set(wrt)
-    for u in reversed(_graph(outs)):
+    for u in reversed(graph(outs)):
         if u not in grads or u in stop: continue
-        if u.op is Ops.GETTUPLE:  # a call's cotangent is one entry per output, collected here
-            call_cts = grads.setdefault(u.src[0], {})
-            call_cts[u.arg] = grads[u] if u.arg not in call_cts else call_cts[u.arg] + grads[u]
-            live.add(u.src[0])
-            continue
-        if u.op is Ops.CALL or u.op in GroupOp.Control:  # rules that take one cotangent per output
-            cts = [grads[u].get(i) for i in range(len(u.src[0].src))]
-            for s, g in zip(u.operands, vjp_rules[u.op](u, cts)): send(s, g)
+        if u.op is Ops.GETTUPLE:  # a call's or control node's cotangent has one entry per output, collected here
+            node = u.src[0]
+            node_cts = grads.setdefault(node, [None] * len(node.src[0].src))
+            node_cts[u.arg] = grads[u] if node_cts[u.arg] is None else node_cts[u.arg] + grads[u]
+            live.add(node)
             continue
         rule = vjp_rules.get(u.op)
         if rule is None:
             raise UnsupportedError(at_user_line(f"grad: no reverse-mode rule for primitive {u.op.name}"))
-        for s, g in zip(u.src, rule(grads[u], u, *[Array(s) for s in u.src])):
+        for s, g in zip(u.operands, rule(grads[u], u, *[Array(s) for s in u.operands])):
             send(s, g)
     return [grads.get(w) for w in wrt]
 
 
-def call_vjp(call: UOp, cts: list[Array | None]) -> list[Array | None]:
+def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array | None]:
     """Cotangents of a CALL's arguments: through its custom rule, or by differentiating its body."""
-    from fnx.transforms.jvp import call_tangents
-    rule, body, args = call.arg, call.src[0], list(call.src[1:])
-    params = sorted((p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag), key=lambda p: p.arg[0])
-    by_slot = {p.arg[0]: p for p in params}
+    rule, body, args = call.arg, call.src[0], list(call.operands)
     outs = list(body.src)
     cts = [c if c is not None or not o.dtype.is_float else lax.full(o.shape, 0, o.dtype) for c, o in zip(cts, outs)]
     if rule.kind == "vjp":
-        primals = rule.dynamic_args([Array(a) for a in args])
-        out, residuals = rule.fwd(*_with_static(rule, primals))
+        primals = rule.dynamic_args(list(operands))
+        out, residuals = rule.fwd(*rule.full_args(primals))
         ct_tree = tree_util.tree_unflatten(rule.out_tree, [c if c is not None else None for c in cts])
         result = rule.bwd(*rule.static_values, residuals, ct_tree)
         return [lax.to_array(g) if g is not None else None for g in tree_util.tree_leaves(tuple(result))]
     if rule.kind == "jvp":  # transpose the user's jvp: it is linear in the tangents
         tangents = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device, "tangent", id(call)))
                     for i, a in enumerate(args)]
-        _, tangent_outs = call_tangents(call, [Array(a) for a in args], [Array(t) for t in tangents])
+        _, tangent_outs = rule.apply_jvp(list(operands), [Array(t) for t in tangents])
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
         return [g if a.dtype.is_float else None for g, a in zip(grads, args)]
     # checkpoint: recompute the body from its arguments, kept apart from the forward pass by CONTIGUOUS
-    grads = backward(outs, cts, [by_slot[i] for i in range(len(args))])
-    fresh = {by_slot[i]: UOp(Ops.CONTIGUOUS, a.dtype, (a,)) for i, a in enumerate(args)}
-    from fnx.rewrite import substitute
-    return [Array(substitute(g.uop, fresh)) if g is not None else None for g in grads]
-
-
-def _with_static(rule, primals: tuple) -> list:
-    """The full argument list of a custom function: static (nondiff) arguments at their positions."""
-    positions, it = dict(rule.static), iter(primals)
-    return [positions[i] if i in positions else next(it) for i in range(len(rule.static) + len(primals))]
+    params = body_params(call)  # by slot; an argument the body never reads has none (and no cotangent)
+    grads = dict(zip(params, backward(outs, cts, list(params.values()))))
+    fresh = {p: UOp(Ops.CONTIGUOUS, args[i].dtype, (args[i],)) for i, p in params.items()}
+    return [Array(substitute(g.uop, fresh)) if (g := grads.get(i)) is not None else None for i in range(len(args))]
 
 
 # ---- the user-facing transforms ----
-
-def _argnums_tuple(argnums: int | Sequence[int], nargs: int, name: str) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    for n in nums:
-        if not -nargs <= n < nargs:
-            raise ValueError(at_user_line(f"{name}: argnums {argnums} out of range for {nargs} positional arguments"))
-    return tuple(n % nargs for n in nums)
-
-
-def _float_argnums(argnums: int | Sequence[int], args: tuple, name: str) -> tuple[int, ...]:
-    """`_argnums_tuple`, raising TypeError (as JAX does) when a differentiated argument has a non-float leaf."""
-    nums = _argnums_tuple(argnums, len(args), name)
-    for n in nums:
-        for leaf in tree_util.tree_leaves(args[n]):
-            dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
-            if not dt.is_float:
-                raise TypeError(at_user_line(f"{name} requires real-valued (float) inputs, but argument {n} has "
-                                             f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
-    return nums
-
 
 def _weak_as(gradient: Array, primal: Any) -> Array:
     """A gradient carries its primal's weak type, as in JAX (grad of a Python float is weak)."""
     weak = primal.weak_type if isinstance(primal, Array) else type(primal) is float
     return gradient if gradient.weak_type == weak else Array(gradient.uop, weak)
-
-
-def partial(fun: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...]) -> Callable:
-    """`fun` as a function of the arguments at positions `nums` only (the others fixed to `args`)."""
-    def partial_fun(*diff_args):
-        full = list(args)
-        for n, a in zip(nums, diff_args): full[n] = a
-        return fun(*full, **kwargs)
-    return partial_fun
-
-
-def _zeros_like(leaf: Any) -> Array:
-    shape, dtype = np.shape(leaf), dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.float32
-    return lax.full(shape, 0, dtype)
 
 
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
@@ -173,8 +133,8 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     with building():
         values = inline(traced, body_outs, leaves)
     arrays = [Array(u, w) for u, w in zip(values, traced.out_weak)]
-    out = _finish(tree_util.tree_unflatten(out_tree, arrays[:n_out]))
-    aux = _finish(tree_util.tree_unflatten(aux_tree, arrays[n_out:])) if has_aux else None
+    out = finish(tree_util.tree_unflatten(out_tree, arrays[:n_out]))
+    aux = finish(tree_util.tree_unflatten(aux_tree, arrays[n_out:])) if has_aux else None
 
     def vjp_fn(cotangent: Any) -> tuple:
         ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
@@ -190,7 +150,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
             grads = backward(body_outs[:n_out], cts, params)
             grads = [g if g is not None else lax.full(p.shape, 0, p.dtype) for g, p in zip(grads, params)]
             grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves)]
-        return _finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)))
+        return finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
@@ -201,11 +161,6 @@ def _split_aux(out_tree) -> tuple:
     if len(children) != 2:
         raise TypeError(at_user_line("has_aux=True requires the function to return a pair (output, aux)"))
     return children[0], children[1], children[0].num_leaves
-
-
-def _finish(tree: Any) -> Any:
-    """Outside any trace, run what a transform built; inside one, leave it lazy."""
-    return _realize_tree(tree) if not state.depth else tree
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
@@ -219,7 +174,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
       (Array(5., dtype=float32), Array([0., 2., 4.], dtype=float32))
     """
     def wrapped(*args, **kwargs):
-        nums = _float_argnums(argnums, args, "grad")
+        nums = float_argnums(argnums, args, "grad")
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
@@ -259,7 +214,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     Integer inputs raise TypeError, as in JAX.
     """
     def wrapped(*args, **kwargs):
-        nums = _float_argnums(argnums, args, "jacrev")
+        nums = float_argnums(argnums, args, "jacrev")
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
@@ -281,13 +236,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
 
 def _one_hot_flat(shape: tuple, dtype, k: int) -> Array:
-    import fnx.numpy as jnp
     return jnp.reshape(jnp.arange(int(math.prod(shape))) == k, shape).astype(dtype.np)
 
 
 def _stack_rows(rows: list[list[Array]], out_shape: tuple, in_leaves: list) -> list[Array]:
     """Per input leaf, the Jacobian block of shape out_shape + in_shape from per-output-element rows."""
-    import fnx.numpy as jnp
     blocks = []
     for j, leaf in enumerate(in_leaves):
         in_shape = tuple(np.shape(leaf))
@@ -311,7 +264,6 @@ def _float(x: Array) -> bool:
 
 def _max_vjp(g: Array, u: UOp, x: Array, y: Array) -> tuple:
     # ties share the cotangent equally, as in JAX
-    import fnx.numpy as jnp
     half = jnp.where(x == y, 0.5, 0.0).astype(g.dtype)
     gx = jnp.where(x > y, g, 0.0).astype(g.dtype) + g * half
     gy = jnp.where(y > x, g, 0.0).astype(g.dtype) + g * half
@@ -327,28 +279,11 @@ def _reduce_vjp(g: Array, u: UOp, x: Array) -> tuple:
         hit = (x == full).astype(g.dtype)
         count = lax.reduce_sum(hit, axes, keepdims=True)
         return (lax.expand(g / count, x.shape) * hit,)
-    return (lax.expand(g, x.shape) * _product_of_others(x, axes),)
-
-
-def _product_of_others(x: Array, axes: tuple[int, ...]) -> Array:
-    """For each element, the product of the other elements of its reduction group (exact with zeros)."""
-    import fnx.numpy as jnp
-    keep = [i for i in range(x.ndim) if i not in axes]
-    moved = lax.transpose(x, keep + list(axes))
-    n = int(math.prod(x.shape[a] for a in axes))
-    flat = jnp.reshape(moved, tuple(x.shape[i] for i in keep) + (n,))
-    ones = jnp.ones(flat.shape[:-1] + (1,), flat.dtype)
-    before = jnp.concatenate([ones, lax.cumprod(flat, axis=flat.ndim - 1)[..., :-1]], axis=-1)
-    suffix = lax.cumprod(jnp.flip(flat, -1), axis=flat.ndim - 1)[..., :-1]
-    after = jnp.flip(jnp.concatenate([ones, suffix], axis=-1), -1)
-    others = jnp.reshape(before * after, moved.shape)
-    inverse = np.argsort(keep + list(axes))
-    return lax.transpose(others, tuple(int(i) for i in inverse))
+    return (lax.expand(g, x.shape) * product_of_others(x, axes),)
 
 
 def _index_vjp(g: Array, u: UOp, x: Array, idx: Array) -> tuple:
     """Gather's cotangent: a scatter-add of g at the (clamped) indices, O(number of indices)."""
-    import fnx.numpy as jnp
     if not _float(x): return (None, None)
     n = x.shape[u.arg]
     clamped = jnp.clip(idx, 0, n - 1)
@@ -356,7 +291,6 @@ def _index_vjp(g: Array, u: UOp, x: Array, idx: Array) -> tuple:
 
 
 def _scatter_vjp(g: Array, u: UOp, x: Array, idx: Array, upd: Array) -> tuple:
-    import fnx.numpy as jnp
     axis, mode = u.arg
     if not _float(x): return (None, None, None)
     n = x.shape[axis]
@@ -395,12 +329,25 @@ def _no_grad(g, u, *srcs):
     return tuple(None for _ in srcs)
 
 
+def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
+    """psum's transpose is psum; pmax/pmin send the summed cotangent to the extreme examples; all_gather's
+    cotangent for this example is its slice of the summed cotangent."""
+    kind, name, _, axis = u.arg
+    if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
+    total = lax.psum(g, name)
+    if kind == "psum": return (total,)
+    if kind == "all_gather": return (lax.gather_axis(total, lax.axis_index(name), axis),)
+    hit = (srcs[0] == Array(u)).astype(g.dtype)
+    return (total * hit / lax.psum(hit, name),)
+
+
+def _copy_vjp(g: Array, u: UOp, x: Array) -> tuple:
+    """A COPY's cotangent goes back to the device its operand lives on."""
+    device = x.uop.device
+    return (g if device in (None, u.arg) else Array(UOp(Ops.COPY, g.uop.dtype, (g.uop,), device)),)
+
+
 LN2 = math.log(2.0)
-
-
-def _cos(x: Array) -> Array:
-    import fnx.numpy as jnp
-    return jnp.cos(x)
 
 
 # ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
@@ -414,7 +361,7 @@ vjp_rules[Ops.RECIP] = _floats(lambda g, u, x: (-g * Array(u) * Array(u),))
 vjp_rules[Ops.SQRT] = _floats(lambda g, u, x: (g / (2 * Array(u)),))
 vjp_rules[Ops.EXP2] = _floats(lambda g, u, x: (g * Array(u) * LN2,))
 vjp_rules[Ops.LOG2] = _floats(lambda g, u, x: (g / (x * LN2),))
-vjp_rules[Ops.SIN] = _floats(lambda g, u, x: (g * _cos(x),))
+vjp_rules[Ops.SIN] = _floats(lambda g, u, x: (g * jnp.cos(x),))
 vjp_rules[Ops.TRUNC] = _no_grad
 vjp_rules[Ops.CAST] = _cast_vjp
 vjp_rules[Ops.BITCAST] = _no_grad
@@ -426,28 +373,11 @@ vjp_rules[Ops.MOD] = _floats(lambda g, u, x, y: (g, -g * lax.trunc(x / y)))
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): vjp_rules[_op] = _no_grad
 vjp_rules[Ops.WHERE] = _floats(lambda g, u, c, a, b: (None, lax.select(c, g, lax.full(g.shape, 0, g.uop.dtype)),
                                                        lax.select(c, lax.full(g.shape, 0, g.uop.dtype), g)))
-def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
-    """psum's transpose is psum; pmax/pmin send the summed cotangent to the extreme examples; all_gather's
-    cotangent for this example is its slice of the summed cotangent."""
-    kind, name, _, axis = u.arg
-    if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
-    total = lax.psum(g, name)
-    if kind == "psum": return (total,)
-    if kind == "all_gather": return (lax.gather_axis(total, lax.axis_index(name), axis),)
-    hit = (srcs[0] == Array(u)).astype(g.dtype)
-    return (total * hit / lax.psum(hit, name),)
-
-
 vjp_rules[Ops.COLLECTIVE] = _collective_vjp
-vjp_rules[Ops.CALL] = call_vjp  # (node, cotangent per output) -> cotangent per operand
-
-
-def _control_vjp(node: UOp, cts: list) -> list:
-    from fnx.transforms.control_rules import control_vjp
-    return control_vjp(node, cts)
-
-
-for _op in GroupOp.Control: vjp_rules[_op] = _control_vjp
+vjp_rules[Ops.CALL] = call_vjp
+vjp_rules[Ops.COND] = functools.partial(cond_vjp, backward=backward)  # control rules run `backward` on their bodies
+vjp_rules[Ops.WHILE] = while_vjp
+vjp_rules[Ops.SCAN] = functools.partial(scan_vjp, backward=backward)
 vjp_rules[Ops.CONTIGUOUS] = lambda g, u, x: (g,)
 vjp_rules[Ops.DETACH] = _no_grad
-vjp_rules[Ops.COPY] = lambda g, u, x: (g,)
+vjp_rules[Ops.COPY] = _copy_vjp

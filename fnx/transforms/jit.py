@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fnx import tree_util
-from fnx.backends.device import Buffer, Executable
+from fnx.backends.device import Buffer, Executable, get_device
 from fnx.debug.printing import format_function
-from fnx.devices import default_device, device_name
+from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
 from fnx.uop import Ops, UOp
@@ -28,14 +28,16 @@ def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
     """The device buffer holding argument leaf `x` (realizing lazy arrays, uploading host values as the PARAM's
     dtype: Python scalars are weakly typed)."""
     if isinstance(x, Array):
+        if x._buffer is not None and x._buffer.device != device:  # jit(device=...): the call's device
+            x = device_put(x, device)
         if x._buffer is None:  # constants and pending work get a buffer once, kept by the Array
             if x.uop.op is Ops.CONST:
-                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (Buffer.from_numpy(device, np.full(
+                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (get_device(device).allocator.from_numpy(np.full(
                     x.shape, x.uop.arg[0], x.uop.dtype.np)), x.shape))
             else:
                 x.uop = realize([x.uop])[0]
         return x._buffer
-    return Buffer.from_numpy(device, np.array(x, dtype=param.dtype.np, copy=True))  # the caller may mutate x
+    return get_device(device).allocator.from_numpy(np.asarray(x, dtype=param.dtype.np))  # (a copy: x may change)
 
 
 @dataclass
@@ -79,8 +81,7 @@ class Compiled:
     def __call__(self, *args, **kwargs) -> Any:
         leaves, tree = tree_util.tree_flatten((args, kwargs))
         _check_compiled_args(self.lowered, leaves, tree)
-        with default_device(self.lowered.device or state.default_device):
-            return _run(self.lowered, leaves)
+        return _run(self.lowered, leaves)
 
     def as_text(self, stage: str | None = None) -> str:
         return self.lowered.as_text(stage)
@@ -120,9 +121,9 @@ def _arg_names(signature: inspect.Signature | None, dynamic_numbers: list[int], 
 
 
 def _run(lowered: Lowered, leaves: Sequence) -> Any:
-    device = state.default_device
-    inputs = [x._buffer if type(x) is Array and x._buffer is not None else _as_buffer(x, device, p)
-              for x, p in zip(leaves, lowered.params)]
+    device = lowered.device
+    inputs = [x._buffer if type(x) is Array and x._buffer is not None and x._buffer.device == device else
+              _as_buffer(x, device, p) for x, p in zip(leaves, lowered.params)]
     if lowered.consts: inputs += lowered.consts
     if lowered.donating:
         outs = lowered.executable(inputs, lowered.donating)
@@ -211,7 +212,8 @@ class Jitted:
         (dynamic, dyn_kwargs), static = self._split(args, kwargs)
         leaves, treedef = tree_util.tree_flatten((dynamic, dyn_kwargs))
         avals = tuple(abstract_leaf(x) for x in leaves)
-        key = (treedef, avals, static, state.default_device)
+        device = self._device or _placement(leaves)
+        key = (treedef, avals, static, device)
         lowered = self._cache.get(key)
         if lowered is None:
             static_pos, static_kw = dict(s for s in static if isinstance(s[0], int)), dict(
@@ -221,26 +223,23 @@ class Jitted:
                 it = iter(dyn)
                 full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
                 return self.fun(*full, **kw, **static_kw)
-            traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
-                           kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
+            with default_device(device):  # traced for, compiled for and run on the arguments' device
+                traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
+                               kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
             nargs = len(dynamic) + len(static_pos)
             static_numbers = self._static_numbers(nargs)
             donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
             donated = _donated_leaves(donate, static_numbers, dynamic) if donate else ()
             dynamic_numbers = [i for i in range(nargs) if i not in static_numbers]
-            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, state.default_device), donated,
+            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, device), donated,
                                                  _arg_names(self._signature, dynamic_numbers, (dynamic, dyn_kwargs)),
-                                                 state.default_device)
+                                                 device)
             if donated: _warn_unusable(lowered)
         return lowered, leaves
 
     def __call__(self, *args, **kwargs) -> Any:
         if state.depth:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
-        if self._device is not None:  # jit(..., device=/backend=): run there, as under fnx.default_device
-            with default_device(self._device):
-                lowered, leaves = self._lower(args, kwargs)
-                return _run(lowered, leaves)
         if not kwargs and self._flat_ok and (key := _flat_key(args)) is not None:
             # the common case, kept lean: flat positional arrays need no tree flattening
             lowered = self._fast.get(key)
@@ -253,9 +252,6 @@ class Jitted:
         return _run(lowered, leaves)
 
     def lower(self, *args, **kwargs) -> Lowered:
-        if self._device is not None:
-            with default_device(self._device):
-                return self._lower(args, kwargs)[0]
         return self._lower(args, kwargs)[0]
 
     def trace_count(self) -> int:
@@ -264,13 +260,28 @@ class Jitted:
 
 
 def _flat_key(args: tuple) -> tuple | None:
-    """The cache key of a call whose arguments are all concrete or traced Arrays: the default device and each
-    argument's (shape, dtype, weak type); None when some argument is anything else."""
+    """The cache key of a call whose arguments are all concrete Arrays: the default device and each argument's
+    (shape, dtype, weak type, device); None when some argument is anything else."""
     key = [state.default_device]
     for a in args:
-        if type(a) is not Array: return None
-        key.append((a._shape, a._dtype, a.weak_type))
+        if type(a) is not Array or a._buffer is None: return None
+        key.append((a._shape, a._dtype, a.weak_type, a._buffer.device))
     return tuple(key)
+
+
+def _placement(leaves: Sequence) -> str:
+    """The device a call runs on: that of its array arguments (they must share one, as in JAX), else the default
+    device. Arguments that are numpy arrays or Python scalars are copied to it."""
+    found = None
+    for x in leaves:
+        if isinstance(x, Array):
+            device = x._buffer.device if x._buffer is not None else x.uop.device
+            if device is None or device == found: continue
+            if found is not None:
+                raise ValueError(at_user_line(f"jit: the arguments are on different devices, {found} and {device}; "
+                                              "move them to one device with fnx.device_put first"))
+            found = device
+    return found or state.default_device
 
 
 def _warn_unusable(lowered: Lowered) -> None:

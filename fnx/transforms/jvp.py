@@ -4,62 +4,62 @@ Walk the graph from the inputs to the outputs in topological order; every node's
 sources' tangents by its primitive's rule in `jvp_rules` (None is a symbolic zero and is never materialized):
 
     jvp_rules[Ops.MUL] = lambda u, (x, y), (tx, ty): tx * y + x * ty
+
+Every rule has that one signature, `rule(u, primals, tangents)`, over the node's value sources (`u.operands`):
+`primals` as Arrays and their `tangents` (None: zero). It returns the node's tangent (None: zero) or, for a call
+or control node (CALL, COND, WHILE, SCAN), whose value is a tuple, a list with one tangent per output, which
+the GETTUPLEs reading those outputs pick up. Only floating-point values carry tangents.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
+from fnx.rewrite import substitute
 from fnx.trace import Array, building, inline, trace
-from fnx.transforms.grad import _finish, _float_argnums, _graph, _product_of_others, jacrev, partial
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
+                                   tuple_valued)
+from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
+from fnx.transforms.grad import jacrev
+from fnx.uop import Ops, UOp
 
 
 def forward(outs: list[UOp], wrt: list[UOp], tangents: list[Array | None]) -> list[Array | None]:
     """Tangents of `outs` given tangents of `wrt` (None: zero). Builds graph; call inside `building()`."""
     tans: dict[UOp, Any] = {w: t for w, t in zip(wrt, tangents) if t is not None}
-    for u in _graph(outs):
+    for u in graph(outs):
         if u in tans or not any(s in tans for s in u.operands): continue
-        if u.op is Ops.CALL or u.op in GroupOp.Control:  # rules that give one tangent per output
-            tans[u] = jvp_rules[u.op](u, [tans.get(s) for s in u.operands])
-            continue
-        if u.op is Ops.GETTUPLE:
+        if u.op is Ops.GETTUPLE:  # one output of a call or control node, whose rule gave a tangent per output
             t = tans[u.src[0]][u.arg]
-            if t is not None: tans[u] = t if isinstance(t, Array) else Array(t)
+            if t is not None: tans[u] = t
             continue
-        if not u.dtype.is_float: continue
+        if not u.dtype.is_float and not tuple_valued(u): continue
         rule = jvp_rules.get(u.op)
         if rule is None:
             raise UnsupportedError(at_user_line(f"jvp: no forward-mode rule for primitive {u.op.name}"))
-        t = rule(u, [Array(s) for s in u.src], [tans.get(s) for s in u.src])
+        t = rule(u, [Array(s) for s in u.operands], [tans.get(s) for s in u.operands])
         if t is not None: tans[u] = t
     return [tans.get(o) for o in outs]
 
 
-def call_tangents(call: UOp, primals: list[Array], tangents: list[Array | None]) -> tuple[list, list]:
-    """(primal outputs, tangent outputs) of a CALL: the custom jvp, or the body's own derivative."""
+def call_jvp(call: UOp, primals: list[Array], tangents: list[Array | None]) -> list[Array | None]:
+    """Tangents of a CALL's outputs: from the custom jvp, or the body's own derivative."""
     rule, body = call.arg, call.src[0]
     if rule.kind == "vjp":
         raise TypeError(at_user_line(f"can't apply forward-mode autodiff (jvp) to a custom_vjp function "
                                      f"({getattr(rule.fun, '__name__', 'function')}); use custom_jvp"))
     if rule.kind == "jvp":
-        zeros = [t if t is not None else lax.full(p.shape, 0, p.uop.dtype) for t, p in zip(tangents, primals)]
-        p_args = rule.dynamic_args(primals)
-        t_args = rule.dynamic_args(zeros)
-        out, tout = rule.jvp(*rule.static_values, p_args, t_args)
-        outs = [lax.to_array(o) for o in tree_util.tree_leaves(out)]
-        touts = [lax.to_array(t) for t in tree_util.tree_leaves(tout)]
-        return outs, touts
-    params = sorted((p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag), key=lambda p: p.arg[0])
-    from fnx.rewrite import substitute
-    mapping = {p: a.uop for p, a in zip(params, primals)}
-    inner = forward(list(body.src), params, tangents)
-    outs = [Array(substitute(o, mapping)) for o in body.src]
-    return outs, [Array(substitute(t.uop, mapping)) if t is not None else None for t in inner]
+        return rule.apply_jvp(primals, tangents)[1]
+    params = body_params(call)  # by slot; an argument the body never reads has none
+    mapping = {p: primals[i].uop for i, p in params.items()}
+    inner = forward(list(body.src), list(params.values()), [tangents[i] for i in params])
+    return [Array(substitute(t.uop, mapping)) if t is not None else None for t in inner]
 
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False) -> tuple:
@@ -96,9 +96,9 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
         out_tree, aux_tree = out_tree.children()
         k = out_tree.num_leaves
         aux = tree_util.tree_unflatten(aux_tree, outs[k:])
-        return _finish((tree_util.tree_unflatten(out_tree, outs[:k]), tree_util.tree_unflatten(out_tree, tans[:k]),
-                        aux))
-    return _finish((tree_util.tree_unflatten(out_tree, outs), tree_util.tree_unflatten(out_tree, tans)))
+        return finish((tree_util.tree_unflatten(out_tree, outs[:k]), tree_util.tree_unflatten(out_tree, tans[:k]),
+                       aux))
+    return finish((tree_util.tree_unflatten(out_tree, outs), tree_util.tree_unflatten(out_tree, tans)))
 
 
 def linearize(fun: Callable, *primals: Any) -> tuple:
@@ -113,10 +113,8 @@ def linearize(fun: Callable, *primals: Any) -> tuple:
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """The Jacobian of `fun` by forward mode: one jvp per input element; shape out_shape + in_shape.
     Integer inputs raise TypeError, as in JAX."""
-    import fnx.numpy as jnp
-
     def wrapped(*args, **kwargs):
-        nums = _float_argnums(argnums, args, "jacfwd")
+        nums = float_argnums(argnums, args, "jacfwd")
         diff = [args[n] for n in nums]
 
         partial_fun = partial(fun, args, kwargs, nums)
@@ -194,7 +192,6 @@ def _div(u, srcs, tans):
 
 
 def _max(u, srcs, tans):
-    import fnx.numpy as jnp
     (x, y), (tx, ty) = srcs, [_zero_if_none(t, s) for t, s in zip(tans, srcs)]
     return jnp.where(x > y, tx, jnp.where(x < y, ty, (tx + ty) * 0.5))
 
@@ -228,7 +225,7 @@ def _reduce(u, srcs, tans):
     if op is Ops.MAX:  # ties share the tangent, as in JAX
         hit = (x == lax.expand(Array(u), x.shape)).astype(t.dtype)
         return lax.reduce_sum(t * hit, axes, keepdims=True) / lax.reduce_sum(hit, axes, keepdims=True)
-    return lax.reduce_sum(t * _product_of_others(x, axes), axes, keepdims=True)
+    return lax.reduce_sum(t * product_of_others(x, axes), axes, keepdims=True)
 
 
 def _index(u, srcs, tans):
@@ -245,12 +242,15 @@ def _scatter(u, srcs, tans):
     return lax.scatter_axis(tx, idx, tu, axis, mode)
 
 
+def _collective(u, srcs, tans):
+    kind, name, _, axis = u.arg
+    if kind == "axis_index" or tans[0] is None: return None
+    if kind in ("psum", "all_gather"): return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
+    hit = (srcs[0] == Array(u)).astype(tans[0].dtype)  # pmax/pmin: the tangents of the extreme examples
+    return lax.psum(tans[0] * hit, name) / lax.psum(hit, name)
+
+
 LN2 = math.log(2.0)
-
-
-def _cos(x: Array) -> Array:
-    import fnx.numpy as jnp
-    return jnp.cos(x)
 
 
 # ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
@@ -264,7 +264,7 @@ jvp_rules[Ops.RECIP] = _unary(lambda out, x: -(out * out))
 jvp_rules[Ops.SQRT] = _unary(lambda out, x: 0.5 / out)
 jvp_rules[Ops.EXP2] = _unary(lambda out, x: out * LN2)
 jvp_rules[Ops.LOG2] = _unary(lambda out, x: 1.0 / (x * LN2))
-jvp_rules[Ops.SIN] = _unary(lambda out, x: _cos(x))
+jvp_rules[Ops.SIN] = _unary(lambda out, x: jnp.cos(x))
 jvp_rules[Ops.TRUNC] = lambda u, srcs, tans: None
 jvp_rules[Ops.CAST] = _cast
 jvp_rules[Ops.BITCAST] = lambda u, srcs, tans: None
@@ -275,24 +275,11 @@ jvp_rules[Ops.MAX] = _max
 jvp_rules[Ops.MOD] = _mod
 for _op in (Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR): jvp_rules[_op] = lambda u, s, t: None
 jvp_rules[Ops.WHERE] = _where
-def _collective(u, srcs, tans):
-    kind, name, _, axis = u.arg
-    if kind == "axis_index" or tans[0] is None: return None
-    if kind in ("psum", "all_gather"): return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
-    hit = (srcs[0] == Array(u)).astype(tans[0].dtype)  # pmax/pmin: the tangents of the extreme examples
-    return lax.psum(tans[0] * hit, name) / lax.psum(hit, name)
-
-
 jvp_rules[Ops.COLLECTIVE] = _collective
-jvp_rules[Ops.CALL] = lambda u, tans: call_tangents(u, [Array(s) for s in u.operands], tans)[1]
-
-
-def _control_jvp(node: UOp, tans: list) -> list:
-    from fnx.transforms.control_rules import control_jvp
-    return [t for _, t in control_jvp(node, tans)]
-
-
-for _op in GroupOp.Control: jvp_rules[_op] = _control_jvp
+jvp_rules[Ops.CALL] = call_jvp
+jvp_rules[Ops.COND] = functools.partial(cond_jvp, forward=forward)  # control rules run `forward` on their bodies
+jvp_rules[Ops.WHILE] = functools.partial(while_jvp, forward=forward)
+jvp_rules[Ops.SCAN] = functools.partial(scan_jvp, forward=forward)
 jvp_rules[Ops.CONTIGUOUS] = _linear(_same_op)
 jvp_rules[Ops.DETACH] = lambda u, srcs, tans: None
 jvp_rules[Ops.COPY] = _linear(_same_op)

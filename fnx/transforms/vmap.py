@@ -4,19 +4,27 @@ Trace the function once on one example, then rebuild the graph with a batch axis
 front (axis 0) or not at all (None), and each primitive's rule in `batch_rules` says how the op works on
 batched operands:
 
-    batch_rules[Ops.REDUCE] = lambda u, (x,): UOp(Ops.REDUCE, .., (x,), (op, axes shifted by one))
+    batch_rules[Ops.REDUCE] = lambda b, u: (UOp(Ops.REDUCE, .., (b.batched(u.src[0]),), (op, axes + 1)), 0)
+
+Every rule has that one signature, `rule(b, u) -> (value, batch dim)`: it reads the batched sources from the
+Batcher `b` (`b.values[s]`, or `b.batched(s)` with the batch axis in front) and returns the node's value with
+its batch dimension (0, or None when it does not depend on the batch). A call or control node (CALL, COND,
+WHILE, SCAN), whose value is a tuple, returns a list with one (value, batch dim) per output. A node none of
+whose sources is batched is kept as it is without calling its rule, except a call or control node: its body
+may read batched values, so its rule decides.
 
 Elementwise ops broadcast their unbatched operands; movement ops shift their axes; gathers and scatters with
 batched indices fold the batch into the indexed axis.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
-from fnx import dtypes, tree_util
+from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
-from fnx.trace import Array, building, state, trace
-from fnx.transforms.grad import _finish
+from fnx.trace import Array, building, fresh_tag, state, trace
+from fnx.transforms.common import body_params, finish, graph, param, tuple_of, tuple_valued
 from fnx.uop import GroupOp, Ops, UOp
 
 Batched = tuple[UOp, "int | None"]   # (value, 0 if it has the batch axis in front else None)
@@ -47,7 +55,7 @@ class Batcher:
 
     def __init__(self, size: int, values: dict[UOp, Batched], axis_name: str | None = None):
         self.size, self.values, self.axis_name = size, values, axis_name
-        self.control: dict[UOp, list[Batched]] = {}
+        self.outputs: dict[UOp, list[Batched]] = {}  # call and control nodes -> (value, batch dim) per output
 
     def batched(self, u: UOp) -> UOp:
         """u's batched value with the batch axis in front (unbatched values are broadcast)."""
@@ -55,137 +63,25 @@ class Batcher:
         return value if bdim is not None else broadcast_batch(value, self.size)
 
     def run(self, outs: list[UOp]) -> list[Batched]:
-        from fnx.transforms.grad import _graph
-        for u in _graph(outs):
-            if u in self.values or u.op is Ops.CALL or u.op in GroupOp.Control: continue  # handled at outputs
-            if u.op is Ops.GETTUPLE and u.src[0].op is Ops.CALL:
-                self.values[u] = self._call_output(u)
+        for u in graph(outs):
+            if u in self.values or tuple_valued(u): continue  # a call or control node: batched when read
+            if u.op is Ops.GETTUPLE:
+                if u.src[0] not in self.outputs: self.outputs[u.src[0]] = self.apply(u.src[0])
+                self.values[u] = self.outputs[u.src[0]][u.arg]
                 continue
-            if u.op is Ops.GETTUPLE and u.src[0].op in GroupOp.Control:
-                if u.src[0] not in self.control: self.control[u.src[0]] = batch_control(self, u.src[0])
-                self.values[u] = self.control[u.src[0]][u.arg]
-                continue
-            mine = u.op is Ops.COLLECTIVE and u.arg[1] == self.axis_name  # a collective over this vmap's axis
-            if not mine and all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node
+            own = u.op is Ops.COLLECTIVE and u.arg[1] == self.axis_name  # a collective over this vmap's axis
+            if not own and all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node
                 self.values[u] = (UOp(u.op, u.dtype, tuple(self.values[s][0] for s in u.src), u.arg), None)
                 continue
-            if mine:
-                self.values[u] = _collective(self, u)
-                continue
-            rule = batch_rules.get(u.op)
-            if rule is None:
-                raise UnsupportedError(at_user_line(f"vmap: no batching rule for primitive {u.op.name}"))
-            self.values[u] = (rule(self, u), 0)
+            self.values[u] = self.apply(u)
         return [self.values[o] for o in outs]
 
-    def _call_output(self, g: UOp) -> Batched:
-        """An output of a call: kept when no argument is batched, else the call's body is batched inline."""
-        call = g.src[0]
-        if call not in self.control: self.control[call] = self._batch_call(call)
-        return self.control[call][g.arg]
-
-    def _batch_call(self, call: UOp) -> list[Batched]:
-        """A call with batched arguments (or a body closing over batched values) becomes a call of the batched
-        body, with its custom rule batched too (vmap of the user's jvp, fwd and bwd)."""
-        import dataclasses
-        from fnx.transforms.control_rules import next_tag
-        body, rule = call.src[0], call.arg
-        args = [self.values[a] for a in call.src[1:]]
-        closes = any(self.values.get(u, (None, None))[1] is not None for u in body.toposort if u not in call.src)
-        if all(bdim is None for _, bdim in args) and not closes:
-            kept = UOp(Ops.CALL, call.dtype, (body, *[v for v, _ in args]), rule)
-            return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(body.src)]
-        tag = ("call", next_tag())
-        batched = [self.batched(a) for a in call.src[1:]]
-        params = {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == rule.tag}
-        fresh = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device) + tag) for i, a in enumerate(batched)]
-        inner = Batcher(self.size, {**self.values, **{params[i]: (fresh[i], 0) for i in params}}, self.axis_name)
-        outs = [v if bd is not None else broadcast_batch(v, self.size) for v, bd in inner.run(list(body.src))]
-        new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
-        new_call = UOp(Ops.CALL, call.dtype, (UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), *batched), new_rule)
-        return [(UOp(Ops.GETTUPLE, o.dtype, (new_call,), i), 0) for i, o in enumerate(outs)]
-
-
-def _batched_rule(rule) -> dict:
-    """The user's rule functions of a custom call, mapped over a leading batch axis of every argument."""
-    static_pos = dict(rule.static)
-
-    def dynamic(full: tuple) -> list:
-        return [a for i, a in enumerate(full) if i not in static_pos]
-
-    def merge(dyn: tuple) -> list:
-        it = iter(dyn)
-        return [static_pos[i] if i in static_pos else next(it) for i in range(len(static_pos) + len(dyn))]
-    out = {}
-    if rule.jvp is not None:
-        out["jvp"] = lambda *a: vmap(lambda p, t: rule.jvp(*a[:-2], p, t))(a[-2], a[-1])
-    if rule.fwd is not None:
-        out["fwd"] = lambda *full: vmap(lambda *d: rule.fwd(*merge(d)))(*dynamic(full))
-        out["bwd"] = lambda *a: vmap(lambda r, c: rule.bwd(*a[:-2], r, c))(a[-2], a[-1])
-    return out
-
-
-# ---- control flow: new nodes whose bodies work on batched values ----
-
-def batch_control(b: Batcher, node: UOp) -> list[Batched]:
-    """Batched values of every output of a control node."""
-    from fnx.transforms.control_rules import _params, _param, _tuple, next_tag
-    ops = [b.values[s] for s in node.operands]
-    if all(bd is None for _, bd in ops):
-        kept = UOp(node.op, node.dtype, node.src[:len(node.src) - len(node.operands)] + tuple(v for v, _ in ops),
-                   node.arg)
-        return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(node.src[0].src)]
-    if node.op is Ops.COND:  # both branches on every example, then a per-example select
-        (pred, pbd), values = ops[0], ops[1:]
-        outs = []
-        for body in node.src[:2]:
-            params = _params(node, body)
-            inner = Batcher(b.size, {**b.values, **{params[i]: values[i] for i in params}}, b.axis_name)
-            outs.append(inner.run(list(body.src)))
-        result = []
-        for (t, tb), (f, fb) in zip(*outs):
-            if tb is None and fb is None and pbd is None:
-                result.append((pred.alu(Ops.WHERE, t, f) if not t.shape else _select(pred, t, f), None))
-                continue
-            tv = t if tb is not None else broadcast_batch(t, b.size)
-            fv = f if fb is not None else broadcast_batch(f, b.size)
-            p = pred if pbd is not None else broadcast_batch(pred, b.size)
-            result.append((_select(p, tv, fv), 0))
-        return result
-    tag = next_tag()
-    if node.op is Ops.SCAN:
-        _, nc, length, reverse, nx = node.arg
-        n = len(ops)
-        batched_ops = [(b.batched(node.operands[i]) if i < nc else v if bd is None else
-                        (move_axis(v, 0, 1) if i < nc + nx else v), i < nc or bd is not None)
-                       for i, (v, bd) in enumerate(ops)]
-        params = _params(node, node.src[0])
-        new_params, mapping = [], {}
-        for i, ((v, batched), old) in enumerate(zip(batched_ops, [node.operands[j] for j in range(n)])):
-            step_shape = v.shape[1:] if nc <= i < nc + nx else v.shape
-            p = _param(v, i, tag, step_shape)
-            new_params.append(p)
-            if i in params: mapping[params[i]] = (p, 0 if batched else None)
-        outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
-        body = _tuple([v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs])
-        new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), (tag, nc, length, reverse, nx))
-        res = [UOp(Ops.GETTUPLE, o.dtype, (new,), i) for i, o in enumerate(body.src)]
-        return [(r, 0) for r in res[:nc]] + [(move_axis(r, 1, 0), 0) for r in res[nc:]]
-    # WHILE: every carry batched; examples whose predicate turned false keep their carry
-    carries = [b.batched(s) for s in node.operands]
-    params = _params(node, node.src[0])
-    new_params = [_param(c, i, tag) for i, c in enumerate(carries)]
-    mapping = {params[i]: (new_params[i], 0) for i in params}
-    c_params = _params(node, node.src[1])
-    c_mapping = {c_params[i]: (new_params[i], 0) for i in c_params}
-    outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
-    (pred, pbd), = Batcher(b.size, {**b.values, **c_mapping}, b.axis_name).run(list(node.src[1].src))
-    new_carry = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs]
-    if pbd is not None:
-        new_carry = [_select(pred, nv, p) for nv, p in zip(new_carry, new_params)]
-        pred = UOp(Ops.RESHAPE, pred.dtype, (UOp(Ops.REDUCE, pred.dtype, (pred,), (Ops.MAX, (0,))),), ())
-    new = UOp(Ops.WHILE, dtypes.bool_, (_tuple(new_carry), _tuple([pred]), *carries), tag)
-    return [(UOp(Ops.GETTUPLE, c.dtype, (new,), i), 0) for i, c in enumerate(carries)]
+    def apply(self, u: UOp) -> Batched | list[Batched]:
+        """The batched value of `u` by its primitive's rule."""
+        rule = batch_rules.get(u.op)
+        if rule is None:
+            raise UnsupportedError(at_user_line(f"vmap: no batching rule for primitive {u.op.name}"))
+        return rule(self, u)
 
 
 def _select(pred: UOp, a: UOp, b: UOp) -> UOp:
@@ -198,27 +94,27 @@ def _select(pred: UOp, a: UOp, b: UOp) -> UOp:
     return UOp(Ops.WHERE, a.dtype, (pred, a, b))
 
 
-# ---- rules: each returns the node's value with the batch axis in front ----
+# ---- rules: each returns the node's value and its batch dimension ----
 
-def _elementwise(b: Batcher, u: UOp) -> UOp:
-    return UOp(u.op, u.dtype, tuple(b.batched(s) for s in u.src), u.arg)
+def _elementwise(b: Batcher, u: UOp) -> Batched:
+    return UOp(u.op, u.dtype, tuple(b.batched(s) for s in u.src), u.arg), 0
 
 
-def _movement(b: Batcher, u: UOp) -> UOp:
+def _movement(b: Batcher, u: UOp) -> Batched:
     x, n = b.batched(u.src[0]), b.size
     arg = {Ops.RESHAPE: lambda a: (n,) + tuple(a), Ops.EXPAND: lambda a: (n,) + tuple(a),
            Ops.PERMUTE: lambda a: (0,) + tuple(p + 1 for p in a), Ops.PAD: lambda a: ((0, 0),) + tuple(a),
            Ops.SHRINK: lambda a: ((0, n),) + tuple(a), Ops.FLIP: lambda a: (False,) + tuple(a)}[u.op](u.arg)
-    return UOp(u.op, u.dtype, (x,), arg)
+    return UOp(u.op, u.dtype, (x,), arg), 0
 
 
-def _reduce(b: Batcher, u: UOp) -> UOp:
+def _reduce(b: Batcher, u: UOp) -> Batched:
     op, axes = u.arg
-    return UOp(Ops.REDUCE, u.dtype, (b.batched(u.src[0]),), (op, tuple(a + 1 for a in axes)))
+    return UOp(Ops.REDUCE, u.dtype, (b.batched(u.src[0]),), (op, tuple(a + 1 for a in axes))), 0
 
 
-def _marker(b: Batcher, u: UOp) -> UOp:
-    return UOp(u.op, u.dtype, (b.batched(u.src[0]),), u.arg)
+def _marker(b: Batcher, u: UOp) -> Batched:
+    return UOp(u.op, u.dtype, (b.batched(u.src[0]),), u.arg), 0
 
 
 def _fold_batch(x: UOp, axis: int, n: int) -> UOp:
@@ -240,28 +136,28 @@ def _offset_indices(idx: UOp, n: int, drop_outside: bool) -> UOp:
     return inside.alu(Ops.WHERE, idx + batch, -1)
 
 
-def _index(b: Batcher, u: UOp) -> UOp:
+def _index(b: Batcher, u: UOp) -> Batched:
     (x, xb), (idx, ib) = b.values[u.src[0]], b.values[u.src[1]]
     axis = u.arg
     if ib is None:  # batched operand, shared indices: gather one axis further in
-        return UOp(Ops.INDEX, u.dtype, (x, idx), axis + 1)
+        return UOp(Ops.INDEX, u.dtype, (x, idx), axis + 1), 0
     if xb is None:  # shared operand, batched indices: the batch lands where the indices go, move it to the front
         out = UOp(Ops.INDEX, u.dtype, (x, idx), axis)
-        return move_axis(out, axis, 0)
+        return move_axis(out, axis, 0), 0
     n, k = x.shape[1 + axis], idx.ndim - 1
     flat = _fold_batch(x, axis, n)
     out = UOp(Ops.INDEX, u.dtype, (flat, _offset_indices(idx, n, False)), 0)  # (B, ks..., pre..., post...)
     order = [0] + list(range(1 + k, 1 + k + axis)) + list(range(1, 1 + k)) + list(range(1 + k + axis, out.ndim))
-    return _permute(out, tuple(order))
+    return _permute(out, tuple(order)), 0
 
 
-def _scatter(b: Batcher, u: UOp) -> UOp:
+def _scatter(b: Batcher, u: UOp) -> Batched:
     axis, mode = u.arg
     x, idx_u, upd_u = u.src
     idx, ib = b.values[idx_u]
     xb, ub = b.batched(x), b.batched(upd_u)
     if ib is None:
-        return UOp(Ops.SCATTER, u.dtype, (xb, idx, ub), (axis + 1, mode))
+        return UOp(Ops.SCATTER, u.dtype, (xb, idx, ub), (axis + 1, mode)), 0
     n, k = x.shape[axis], idx.ndim - 1
     flat = _fold_batch(xb, axis, n)
     # updates (B, pre..., ks..., post...) -> (B, ks..., pre..., post...) to match the folded operand
@@ -270,10 +166,16 @@ def _scatter(b: Batcher, u: UOp) -> UOp:
     upd = _reshape(upd, (b.size,) + upd.shape[1:])
     out = UOp(Ops.SCATTER, u.dtype, (flat, _offset_indices(idx, n, True), upd), (0, mode))
     unfolded = _reshape(out, (b.size, n) + flat.shape[1:])
-    return move_axis(unfolded, 1, 1 + axis)
+    return move_axis(unfolded, 1, 1 + axis), 0
 
 
 def _collective(b: Batcher, u: UOp) -> Batched:
+    """A collective over this vmap's own axis reduces (or gathers) across the batch; over an enclosing vmap's
+    axis it applies per example of this one."""
+    return _own_collective(b, u) if u.arg[1] == b.axis_name else _other_collective(b, u)
+
+
+def _own_collective(b: Batcher, u: UOp) -> Batched:
     """A collective over this vmap's axis: a reduction (or gather) across the batch."""
     kind, _, size, axis = u.arg
     if kind == "axis_index": return (UOp(Ops.IOTA, dtypes.int32, (), ((b.size,), 0)), 0)
@@ -291,29 +193,145 @@ def _order_reversed(x: UOp) -> UOp:
     return UOp(Ops.XOR, x.dtype, (x, UOp.const(x.dtype, -1 if not x.dtype.is_bool else True, x.shape)))
 
 
-def _other_collective(b: Batcher, u: UOp) -> UOp:
+def _other_collective(b: Batcher, u: UOp) -> Batched:
     """A collective over an enclosing vmap's axis: applied per example of this one (the batch stays in front)."""
     kind, name, size, axis = u.arg
-    if kind == "axis_index": return broadcast_batch(u, b.size)
+    if kind == "axis_index": return broadcast_batch(u, b.size), 0
     return UOp(Ops.COLLECTIVE, u.dtype, (b.batched(u.src[0]),), (kind, name, size, axis + 1 if kind == "all_gather"
-                                                                  else axis))
+                                                                  else axis)), 0
 
 
-def _source(b: Batcher, u: UOp) -> UOp:
+def _source(b: Batcher, u: UOp) -> Batched:
     raise AssertionError(f"{u.op.name} has no sources, so it is never batched")
 
 
+# ---- calls: a call of the batched body ----
+
+def _call(b: Batcher, call: UOp) -> list[Batched]:
+    """A call with batched arguments (or a body closing over batched values) becomes a call of the batched
+    body, with its custom rule batched too (vmap of the user's jvp, fwd and bwd); other calls are kept."""
+    body, rule = call.src[0], call.arg
+    args = [b.values[a] for a in call.src[1:]]
+    closes = any(b.values.get(u, (None, None))[1] is not None for u in body.toposort if u not in call.src)
+    if all(bdim is None for _, bdim in args) and not closes:
+        kept = UOp(Ops.CALL, call.dtype, (body, *[v for v, _ in args]), rule)
+        return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(body.src)]
+    tag = ("call", fresh_tag())
+    batched = [b.batched(a) for a in call.src[1:]]
+    params = body_params(call)
+    fresh = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device) + tag) for i, a in enumerate(batched)]
+    inner = Batcher(b.size, {**b.values, **{params[i]: (fresh[i], 0) for i in params}}, b.axis_name)
+    outs = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in inner.run(list(body.src))]
+    new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
+    new_call = UOp(Ops.CALL, call.dtype, (tuple_of(outs), *batched), new_rule)
+    return [(UOp(Ops.GETTUPLE, o.dtype, (new_call,), i), 0) for i, o in enumerate(outs)]
+
+
+def _batched_rule(rule) -> dict:
+    """The user's rule functions of a custom call, mapped over a leading batch axis of every argument."""
+    static_pos = dict(rule.static)
+
+    def dynamic(full: tuple) -> list:
+        return [a for i, a in enumerate(full) if i not in static_pos]
+    out = {}
+    if rule.jvp is not None:
+        out["jvp"] = lambda *a: vmap(lambda p, t: rule.jvp(*a[:-2], p, t))(a[-2], a[-1])
+    if rule.fwd is not None:
+        out["fwd"] = lambda *full: vmap(lambda *d: rule.fwd(*rule.full_args(d)))(*dynamic(full))
+        out["bwd"] = lambda *a: vmap(lambda r, c: rule.bwd(*a[:-2], r, c))(a[-2], a[-1])
+    return out
+
+
+# ---- control flow: new nodes whose bodies work on batched values ----
+
+def _unbatched(b: Batcher, node: UOp) -> list[Batched] | None:
+    """The outputs of a control node none of whose operands is batched: the node kept as it is. Else None."""
+    ops = [b.values[s] for s in node.operands]
+    if any(bd is not None for _, bd in ops): return None
+    kept = UOp(node.op, node.dtype, node.src[:len(node.src) - len(node.operands)] + tuple(v for v, _ in ops),
+               node.arg)
+    return [(UOp(Ops.GETTUPLE, o.dtype, (kept,), i), None) for i, o in enumerate(node.src[0].src)]
+
+
+def _cond(b: Batcher, node: UOp) -> list[Batched]:
+    """Both branches on every example, then a per-example select."""
+    if (kept := _unbatched(b, node)) is not None: return kept
+    (pred, pbd), *values = [b.values[s] for s in node.operands]
+    outs = []
+    for body in node.src[:2]:
+        params = body_params(node, body)
+        inner = Batcher(b.size, {**b.values, **{params[i]: values[i] for i in params}}, b.axis_name)
+        outs.append(inner.run(list(body.src)))
+    result = []
+    for (t, tb), (f, fb) in zip(*outs):
+        if tb is None and fb is None and pbd is None:
+            result.append((pred.alu(Ops.WHERE, t, f) if not t.shape else _select(pred, t, f), None))
+            continue
+        tv = t if tb is not None else broadcast_batch(t, b.size)
+        fv = f if fb is not None else broadcast_batch(f, b.size)
+        p = pred if pbd is not None else broadcast_batch(pred, b.size)
+        result.append((_select(p, tv, fv), 0))
+    return result
+
+
+def _while(b: Batcher, node: UOp) -> list[Batched]:
+    """Every carry batched; examples whose predicate turned false keep their carry."""
+    if (kept := _unbatched(b, node)) is not None: return kept
+    tag = fresh_tag()
+    carries = [b.batched(s) for s in node.operands]
+    params = body_params(node, node.src[0])
+    new_params = [param(c, i, tag) for i, c in enumerate(carries)]
+    mapping = {params[i]: (new_params[i], 0) for i in params}
+    c_params = body_params(node, node.src[1])
+    c_mapping = {c_params[i]: (new_params[i], 0) for i in c_params}
+    outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
+    (pred, pbd), = Batcher(b.size, {**b.values, **c_mapping}, b.axis_name).run(list(node.src[1].src))
+    new_carry = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs]
+    if pbd is not None:
+        new_carry = [_select(pred, nv, p) for nv, p in zip(new_carry, new_params)]
+        pred = UOp(Ops.RESHAPE, pred.dtype, (UOp(Ops.REDUCE, pred.dtype, (pred,), (Ops.MAX, (0,))),), ())
+    new = UOp(Ops.WHILE, dtypes.bool_, (tuple_of(new_carry), tuple_of([pred]), *carries), tag)
+    return [(UOp(Ops.GETTUPLE, c.dtype, (new,), i), 0) for i, c in enumerate(carries)]
+
+
+def _scan(b: Batcher, node: UOp) -> list[Batched]:
+    """The carry always batched, xs batched along their second axis (the first is the scanned one)."""
+    if (kept := _unbatched(b, node)) is not None: return kept
+    ops = [b.values[s] for s in node.operands]
+    tag = fresh_tag()
+    _, nc, length, reverse, nx = node.arg
+    n = len(ops)
+    batched_ops = [(b.batched(node.operands[i]) if i < nc else v if bd is None else
+                    (move_axis(v, 0, 1) if i < nc + nx else v), i < nc or bd is not None)
+                   for i, (v, bd) in enumerate(ops)]
+    params = body_params(node)
+    new_params, mapping = [], {}
+    for i, ((v, batched), old) in enumerate(zip(batched_ops, [node.operands[j] for j in range(n)])):
+        step_shape = v.shape[1:] if nc <= i < nc + nx else v.shape
+        p = param(v, i, tag, step_shape)
+        new_params.append(p)
+        if i in params: mapping[params[i]] = (p, 0 if batched else None)
+    outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
+    body = tuple_of([v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs])
+    new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), (tag, nc, length, reverse, nx))
+    res = [UOp(Ops.GETTUPLE, o.dtype, (new,), i) for i, o in enumerate(body.src)]
+    return [(r, 0) for r in res[:nc]] + [(move_axis(r, 1, 0), 0) for r in res[nc:]]
+
+
 # ---- the rule table: one rule per primitive, in the order of DESIGN.md §2 ----
-batch_rules: dict[Ops, Callable[[Batcher, UOp], UOp]] = {}
+batch_rules: dict[Ops, Callable[[Batcher, UOp], Any]] = {}
 for _op in (Ops.BUFFER, Ops.PARAM, Ops.CONST, Ops.IOTA): batch_rules[_op] = _source
 for _op in GroupOp.Movement: batch_rules[_op] = _movement
 batch_rules[Ops.INDEX] = _index
 batch_rules[Ops.REDUCE] = _reduce
 batch_rules[Ops.SCATTER] = _scatter
 for _op in GroupOp.ALU: batch_rules[_op] = _elementwise
+batch_rules[Ops.COLLECTIVE] = _collective
+batch_rules[Ops.CALL] = _call
+batch_rules[Ops.COND] = _cond
+batch_rules[Ops.WHILE] = _while
+batch_rules[Ops.SCAN] = _scan
 for _op in GroupOp.Marker: batch_rules[_op] = _marker
-for _op in GroupOp.Control: batch_rules[_op] = lambda b, u: batch_control(b, u)  # outputs via batch_control
-batch_rules[Ops.COLLECTIVE] = _other_collective  # over this vmap's own axis: `_collective`
 
 
 # ---- the user-facing transform ----
@@ -384,8 +402,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
                 raise ValueError(at_user_line("vmap needs at least one batched input (in_axes not all None) or "
                                               "axis_size"))
             size = found.pop()
-        from fnx.lax import to_array
-        arrays = [to_array(x) for x in leaves]
+        arrays = [lax.to_array(x) for x in leaves]
         examples = [Array(UOp.const(a.uop.dtype, 0, tuple(s for j, s in enumerate(a.shape) if j != ax)), a.weak_type)
                     if ax is not None else a for a, ax in zip(arrays, norm_axes)]
         treedef = tree_util.tree_structure((args, kwargs))
@@ -403,7 +420,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
         with building():
             results = Batcher(size, values, axis_name).run(list(traced.body.src))
             outs = _place_outputs(results, traced, size)
-        return _finish(tree_util.tree_unflatten(traced.out_tree, outs))
+        return finish(tree_util.tree_unflatten(traced.out_tree, outs))
 
     def _place_outputs(results: list[Batched], traced, size: int) -> list[Array]:
         out_leaves_axes = _broadcast_prefix(out_axes, tree_util.tree_unflatten(traced.out_tree, [0] * len(results)),

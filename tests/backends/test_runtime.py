@@ -32,6 +32,17 @@ def _queued(monkeypatch, jitted, *args):
 
 # ---- the pool ----
 
+def test_pool_evicts_a_free_block_behind_one_in_use():
+    """Eviction removed entries with list.remove, which compares entries (lists holding arrays) with == and raised
+    once the free block was not the first of its size (10 large-reduction tests hit it)."""
+    pool = HostPool(per_size=4, max_bytes=3 * 4000)
+    busy, _ = pool.array(F32, 1000)
+    free_address = pool.array(F32, 1000)[1]  # dropped at once: the second block of this size is free
+    assert len(pool.blocks[4000]) == 2
+    pool.array(F32, 1500)  # 6000 more bytes than the cap allows: the free block goes
+    assert [e[2] for e in pool.blocks[4000]] != [] and free_address not in [e[2] for e in pool.blocks[4000]]
+    assert busy.base is not None and pool.kept_bytes <= pool.max_bytes
+
 def test_pool_hands_a_block_back_only_when_nothing_sees_it():
     pool = HostPool()
     host, address = pool.array(F32, 1000)

@@ -1,5 +1,7 @@
 """Schedules: every optimization action, alone and in random combinations, computes what the unoptimized kernel
 and the interp oracle compute; the heuristics pick the expected actions; BEAM never loses to the heuristic."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,10 +11,15 @@ from assertions import random_schedule
 import fnx
 import fnx.numpy as jnp
 from fnx.backends import interp
-from fnx.backends.device import Buffer, get_backend
+from fnx.backends.cpu_target import host_target
+from fnx.backends.device import Buffer, get_device
+from fnx.config import config
 from fnx.lower.optimize import Opt, OptError, apply_opt, heuristic_opts, schedule_override
-from fnx.lower.pipeline import callify
+from fnx.lower.pipeline import callify, lower
 from fnx.lower.rangeify import rangeify
+
+TARGET = host_target(2, config.cpu_target)  # what the cpu device compiles for, with 2 threads
+AVX512 = replace(TARGET, vector_bytes=64, vector_registers=32)  # (heuristics only: never compiled)
 
 
 def _matmul(a, b): return a @ b
@@ -71,7 +78,7 @@ def _traced(name):
 
 def _run(fn, args, choose):
     with schedule_override(choose):
-        exe = get_backend("cpu").compile(fn, "cpu:0")  # compiled here, never from the executable cache
+        exe = get_device("cpu").executable(fn)  # compiled here, never from the executable cache
     outs = exe([Buffer.from_numpy("cpu:0", a) for a in args])
     return [b.numpy(o.shape) for b, o in zip(outs, fn.src[0].src)]
 
@@ -99,7 +106,7 @@ SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1
 def test_each_action_alone_matches_the_oracle(name, action):
     applied = []
 
-    def choose(kernel, threads):
+    def choose(kernel, target):
         axes = len(kernel.ranges) + len(kernel.reduce_ranges)
         opt = Opt(action.op, action.axis % axes if axes else 0, action.amount)
         try:
@@ -136,7 +143,7 @@ def test_random_action_sequences_match_the_oracle(name, data):
 def test_heuristics_register_block_matmul():
     fn, _ = _traced("matmul")
     kernel = rangeify(callify(fn)).kernels[0]
-    ops = [o.op for o in heuristic_opts(kernel, threads=2)]
+    ops = [o.op for o in heuristic_opts(kernel, TARGET)]
     assert "VECTORIZE" in ops and "UPCAST" in ops
 
 
@@ -163,7 +170,7 @@ def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
     fn = lambda h, g: jnp.maximum(h, 0).T @ g  # noqa: E731
     lowered = fnx.jit(fn).lower(jnp.asarray(h), jnp.asarray(g))
     (kernel,) = rangeify(callify(lowered.traced.fn)).kernels
-    assert heuristic_opts(kernel, threads=2)[:2] == [Opt("VECTORIZE", 0, 16), Opt("UPCAST", 1, 10)]
+    assert heuristic_opts(kernel, AVX512)[:2] == [Opt("VECTORIZE", 0, 16), Opt("UPCAST", 1, 10)]
     got = _run(lowered.traced.fn, [h, g], lambda k, t: None)[0]
     np.testing.assert_allclose(got, np.maximum(h, 0).astype(np.float64).T @ g, rtol=1e-5, atol=1e-5)
 
@@ -181,7 +188,8 @@ def test_pack_is_refused_where_it_does_not_fit():
 def test_vector_lanes_reach_llvm():
     x = jnp.ones((64, 64))
     text = fnx.jit(lambda x: jnp.exp(x) * 2).lower(x).as_text("llvm")
-    assert "<16 x float>" in text and "load <16 x float>" in text
+    lanes = TARGET.vector_bytes // 4  # float32s in one vector register of the target
+    assert f"<{lanes} x float>" in text and f"load <{lanes} x float>" in text
 
 
 def test_actions_that_break_independence_are_refused():
@@ -196,14 +204,15 @@ def test_actions_that_break_independence_are_refused():
 
 
 def test_beam_search_caches_a_schedule_no_slower_than_the_heuristic(tmp_path, monkeypatch, capsys):
-    from fnx.config import config
+    from fnx.backends.cpu_beam import kernel_timers
+    from fnx.backends.cpu_llvm import _compiler
     from fnx.lower import search
     monkeypatch.setattr(config, "beam", 2)
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(search, "MAX_DEPTH", 2)
     fn, args = _traced("matmul")
     kernel = rangeify(callify(fn)).kernels[0]
-    opts, best, heuristic = search.beam_search(kernel, threads=2, width=2)
+    opts, best, heuristic = search.beam_search(kernel, TARGET, 2, kernel_timers(_compiler()))
     assert best <= heuristic  # the heuristic's schedule is a candidate, timed in the same run
     with capsys.disabled():
         print(f"\nBEAM 24x40x48 matmul: {opts} {best * 1e6:.1f} us, heuristic {heuristic * 1e6:.1f} us")
@@ -216,6 +225,14 @@ def test_beam_search_caches_a_schedule_no_slower_than_the_heuristic(tmp_path, mo
     monkeypatch.setattr(search, "beam_search", no_search)
     again = _run(fn, args, lambda k, t: None)
     np.testing.assert_allclose(again[0], got[0])
+
+
+def test_beam_without_a_timer_uses_the_heuristics(monkeypatch):
+    """FNX_BEAM set, but lowered with no `measure` (nothing to time kernels with): the hand heuristics decide."""
+    monkeypatch.setattr(config, "beam", 2)
+    fn, _ = _traced("matmul")
+    (kernel,), ((lowered, _),) = rangeify(callify(fn)).kernels, lower(fn, TARGET).kernels
+    assert list(lowered.opts) == heuristic_opts(kernel, TARGET)
 
 
 def test_fusable_adds_become_fmuladd_and_keep_their_value_under_transforms():
@@ -238,4 +255,4 @@ def test_fusable_adds_become_fmuladd_and_keep_their_value_under_transforms():
 @pytest.mark.parametrize("threads", [2, 8])
 def test_heuristics_with_threads_apply_to_every_program(threads):
     for name in PROGRAMS:
-        _check(name, lambda k, t: heuristic_opts(k, threads))
+        _check(name, lambda k, t: heuristic_opts(k, replace(t, threads=threads)))

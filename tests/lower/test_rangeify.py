@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 import fnx
 import fnx.numpy as jnp
 from fnx import lax
+from fnx.backends.cpu_target import host_target
 from fnx.lower.pipeline import callify, lower
 from fnx.lower.rangeify import FUSED_ROW_BYTES, rangeify
 from fnx.uop import Ops
@@ -67,7 +68,7 @@ def test_elementwise_chain_is_one_kernel(shape):
 def test_elementwise_chain_through_pipeline_lower():
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     traced = fnx.make_graph(chain)(x).fn
-    lowering = lower(traced, threads=2)
+    lowering = lower(traced, host_target(2))
     assert len(lowering.kernels) == 1
     assert len(lowering.schedule.kernels) == 1
     kernel, lines = lowering.kernels[0]
@@ -243,7 +244,7 @@ def test_stashed_softmax_matches_numpy_under_every_schedule_it_allows(shape, axi
               [Opt("UPCAST", len(shape) - 1, 2)], [Opt("VECTORIZE", 0, 4)], [Opt("SPLIT", len(shape) - 1, 3)],
               [Opt("UNROLL", len(shape), 2)], [Opt("UNROLL", len(shape) + 1, 2)], [Opt("SPLIT", len(shape) + 1, 2)]]
     for opts in trials:
-        def choose(kernel, threads):
+        def choose(kernel, target):
             k = kernel
             for o in opts:  # the actions up to the first the kernel refuses
                 try:
@@ -257,9 +258,9 @@ def test_stashed_softmax_matches_numpy_under_every_schedule_it_allows(shape, axi
 
 
 def _compiled(f, x):
-    from fnx.backends.device import Buffer, get_backend
+    from fnx.backends.device import Buffer, get_device
     fn = fnx.make_graph(f)(x).fn
-    exe = get_backend("cpu").compile(fn, "cpu:0")  # compiled here, never from the executable cache
+    exe = get_device("cpu").executable(fn)  # compiled here, never from the executable cache
     return exe([Buffer.from_numpy("cpu:0", x)])[0].numpy(x.shape)
 
 

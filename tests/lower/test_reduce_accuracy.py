@@ -3,19 +3,20 @@ partial sums whatever the schedule (`block_sums` in fnx/lower/optimize.py, the b
 their relative error stays near numpy's pairwise sums, eager and jit, threaded or not, under random schedules."""
 import functools
 import math
+from dataclasses import replace
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from assertions import random_schedule
 import fnx
 import fnx.numpy as jnp
-from fnx.backends.device import Buffer, get_backend
+from fnx.backends.device import Buffer, get_device
 from fnx.lower.optimize import (FLAT_SUM_MAX, SUM_BLOCK, SUM_BLOCK_WIDE, Opt, OptError, apply_opt, apply_opts,
                                 heuristic_opts, schedule_override)
 from fnx.lower.pipeline import callify
@@ -140,7 +141,7 @@ AXES = {  # name -> (function, shape, float64 oracle): 2^26 elements reduced alo
 
 def _compile_and_run(fn, args, choose):
     with schedule_override(choose):
-        exe = get_backend("cpu").compile(fn, "cpu:0")  # compiled here, never from the executable cache
+        exe = get_device("cpu").executable(fn)  # compiled here, never from the executable cache
     outs = exe([Buffer.from_numpy("cpu:0", a) for a in args])
     return [b.numpy(o.shape) for b, o in zip(outs, fn.src[0].src)]
 
@@ -153,8 +154,8 @@ def test_every_axis_with_and_without_threads(name, threads):
     lowered = fnx.jit(f).lower(jnp.asarray(x))
     chosen = []
 
-    def choose(kernel, t):
-        opts = heuristic_opts(kernel, threads)
+    def choose(kernel, target):
+        opts = heuristic_opts(kernel, replace(target, threads=threads))
         chosen.extend(opts)
         return opts
     got = _compile_and_run(lowered.traced.fn, [x], choose)[0]
@@ -230,7 +231,7 @@ def test_every_schedule_bounds_the_additions_in_a_row(name, data):
         k = apply_opts(kernel, choose(kernel, 2))
         for count, most in _additions_in_a_row(k):
             assert count <= most, (name, applied)
-    assert any(opts for _, opts in applied), "no action applied: the schedule was not random"
+    assume(any(opts for _, opts in applied))  # every draw may pick an action that does not apply (UPCAST by 3 of 16)
 
 
 @settings(max_examples=10)
@@ -240,7 +241,7 @@ def test_random_schedules_stay_within_the_bound(name, data):
     fn = fnx.jit(f).lower(*[jnp.asarray(a) for a in args]).traced.fn
     applied = []
     got = _compile_and_run(fn, list(args), _random_schedule(lambda n: data.draw(st.integers(0, n - 1)), applied))[0]
-    assert any(opts for _, opts in applied), "no action applied: the schedule was not random"
+    assume(any(opts for _, opts in applied))  # (as above: only schedules with an action count)
     assert _rel(got, oracle(*args)) <= BOUND, applied
 
 

@@ -316,3 +316,17 @@ def test_checkpoint_rejects_unknown_keywords_and_takes_jax_ones():
         fnx.checkpoint(jnp.sin, static_argnum=1)
     f = fnx.checkpoint(lambda x, n: jnp.sin(x) * n, static_argnums=1, prevent_cse=False, policy=None)
     np.testing.assert_allclose(float(fnx.grad(f)(1.0, 2)), 2 * np.cos(1.0), rtol=1e-6)
+
+
+def test_checkpoint_of_a_function_that_ignores_an_argument():
+    """Its body has no PARAM for the unused argument: grad raised KeyError and jvp paired tangents with the wrong
+    arguments (1.08 instead of 0 below). Oracle: the derivative by hand."""
+    f = fnx.checkpoint(lambda x, y: jnp.sin(y) * 2)
+    x, y = jnp.float32(0.3), jnp.float32(0.7)
+    _, tangent = fnx.jvp(f, (x, y), (jnp.float32(1.0), jnp.float32(0.0)))
+    assert float(tangent) == 0.0
+    _, tangent = fnx.jvp(f, (x, y), (jnp.float32(0.0), jnp.float32(1.0)))
+    np.testing.assert_allclose(float(tangent), 2 * np.cos(0.7), rtol=1e-6)
+    gx, gy = fnx.grad(f, argnums=(0, 1))(x, y)
+    assert float(gx) == 0.0
+    np.testing.assert_allclose(float(gy), 2 * np.cos(0.7), rtol=1e-6)

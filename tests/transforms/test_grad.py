@@ -24,8 +24,8 @@ X34 = rng.standard_normal((3, 4))
 # ---- every primitive ----
 
 def test_every_primitive_has_a_rule_in_both_tables():
-    call_ops = {Ops.FUNCTION, Ops.CALL, Ops.TUPLE, Ops.GETTUPLE}  # handled by the graph traversal itself
-    assert call_ops == GroupOp.Call
+    call_ops = {Ops.FUNCTION, Ops.TUPLE, Ops.GETTUPLE}  # the graph's structure, read by the traversal itself
+    assert call_ops | {Ops.CALL} == GroupOp.Call
     missing_vjp = sorted(op.name for op in GroupOp.Primitives - call_ops if op not in vjp_rules)
     missing_jvp = sorted(op.name for op in GroupOp.Primitives - call_ops if op not in jvp_rules)
     assert not missing_vjp and not missing_jvp, f"no vjp rule: {missing_vjp}; no jvp rule: {missing_jvp}"
