@@ -3,10 +3,11 @@
 Each traces its Python functions once into bodies (TUPLEs over PARAMs tagged with the node's own tag) and
 builds one node of the call family:
 
-    COND(true_body, false_body, pred, operands...)        GETTUPLE(COND, i): output i of the branch taken
-    WHILE(body, cond_body, init...)                       GETTUPLE(WHILE, i): carry i after the loop
-    SCAN(body, init..., xs...)  arg=(tag, ncarry, length, reverse)
-                                                           GETTUPLE(SCAN, i): final carry i, then stacked ys
+    COND(true_body, false_body, pred, operands...)  arg=ControlArg(tag)
+                                                          GETTUPLE(COND, i): output i of the branch taken
+    WHILE(body, cond_body, init...)  arg=ControlArg(tag)  GETTUPLE(WHILE, i): carry i after the loop
+    SCAN(body, init..., xs...)  arg=ScanArg(tag, ncarry, length, reverse, nxs)
+                                                          GETTUPLE(SCAN, i): final carry i, then stacked ys
 
 Values a body closes over become extra operands, so a body depends on nothing but its PARAMs. Backends run
 the bodies as compiled functions in a host-side loop: a 10,000-step scan is one body compiled once.
@@ -21,7 +22,7 @@ from fnx import dtypes, tree_util
 from fnx.errors import at_user_line
 from fnx.rewrite import substitute
 from fnx.trace import Array, _realize_tree, building, fresh_tag, state, to_array, trace
-from fnx.uop import Ops, UOp
+from fnx.uop import ControlArg, IotaArg, Ops, ParamArg, ScanArg, UOp
 
 _FREE_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE)
 
@@ -52,21 +53,15 @@ def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, lis
         while h.op in _FREE_MOVES and h.src[0].shape is not None: h = h.src[0]
         if h not in bases: bases.append(h)
     hoist = bases
-    mapping = {h: UOp(Ops.PARAM, h.dtype, (), (len(params) + i, h.shape, h.device) + tag) for i, h in enumerate(hoist)}
+    mapping = {h: UOp(Ops.PARAM, h.dtype, (), ParamArg(len(params) + i, h.shape, h.device, tag))
+               for i, h in enumerate(hoist)}
     return (substitute(body, mapping) if mapping else body), hoist
 
 
 def params_after(params: list[UOp], values: list[UOp], tag: int) -> list[UOp]:
     """`params` followed by PARAMs (of `tag`) for `values`, numbered on from them."""
-    return params + [UOp(Ops.PARAM, u.dtype, (), (len(params) + i, u.shape, u.device, tag))
+    return params + [UOp(Ops.PARAM, u.dtype, (), ParamArg(len(params) + i, u.shape, u.device, (tag,)))
                      for i, u in enumerate(values)]
-
-
-def body_params(node: UOp, body: UOp) -> list[UOp]:
-    """The PARAMs of one of a control node's bodies, by slot."""
-    tag = node.arg[0] if isinstance(node.arg, tuple) else node.arg
-    found = {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == (tag,)}
-    return [found[i] for i in sorted(found)]
 
 
 def _trace_body(fun: Callable, example_args: tuple, tag: int) -> tuple[Any, list, list[UOp]]:
@@ -117,7 +112,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
         t_body, t_free = close_body(t_outs, t_params, (tag,))
         # the false branch's closed-over values come after the true branch's
         f_body, f_free = close_body(f_outs, params_after(t_params, t_free, tag), (tag,))
-        node = UOp(Ops.COND, dtypes.bool_, (t_body, f_body, p.uop, *[a.uop for a in args], *t_free, *f_free), tag)
+        node = UOp(Ops.COND, dtypes.bool_, (t_body, f_body, p.uop, *[a.uop for a in args], *t_free, *f_free),
+                   ControlArg(tag))
         outs = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
                 for i, (o, w) in enumerate(zip(t_outs, t_traced.out_weak))]
         return _finish(tree_util.tree_unflatten(t_traced.out_tree, outs))
@@ -141,7 +137,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         extra = free + c_free  # closed-over values ride along as carries that the body passes through unchanged
         if extra:
             body = UOp(Ops.TUPLE, dtypes.bool_, body.src + tuple(params_after(params, extra, tag)[len(params):]))
-        node = UOp(Ops.WHILE, dtypes.bool_, (body, cond_body, *[a.uop for a in args], *extra), tag)
+        node = UOp(Ops.WHILE, dtypes.bool_, (body, cond_body, *[a.uop for a in args], *extra), ControlArg(tag))
         outs = [Array(UOp(Ops.GETTUPLE, a.uop.dtype, (node,), i), a.weak_type) for i, a in enumerate(args)]
         return _finish(tree_util.tree_unflatten(in_tree, outs))
 
@@ -176,7 +172,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
                           children[0], c_tree)
         body, free = close_body(outs, params, (tag,))
         node = UOp(Ops.SCAN, dtypes.bool_, (body, *[a.uop for a in carry], *[a.uop for a in x_arrays], *free),
-                   (tag, nc, n, bool(reverse), len(x_arrays)))
+                   ScanArg(tag, nc, n, bool(reverse), len(x_arrays)))
         results = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
                    for i, (o, w) in enumerate(zip(outs, traced.out_weak))]
         final = tree_util.tree_unflatten(children[0], results[:nc])
@@ -204,7 +200,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
 
 
 def _iota(n: int) -> UOp:
-    return UOp(Ops.IOTA, dtypes.int32, (), ((n,), 0))
+    return UOp(Ops.IOTA, dtypes.int32, (), IotaArg((n,), 0))
 
 
 def switch(index: Any, branches: list[Callable], *operands: Any) -> Any:

@@ -19,7 +19,7 @@ from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_use
 from fnx.trace import (Array, alu, cast, eager_op, join, movement, negate, normalize_axes, promote, shape_str, state,
                        with_weak)
 from fnx.trace import constant_array, to_array  # noqa: F401  (public here too: fnx.lax.to_array)
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import CollectiveArg, GroupOp, IotaArg, Ops, ReduceArg, ScatterArg, UOp
 
 # ---- operands ----
 
@@ -34,7 +34,7 @@ def _binary_operands(x: Any, y: Any, name: str) -> tuple[Array, Array, bool]:
 
 def _broadcast_scalar(a: Array, shape: tuple[int, ...]) -> Array:
     """A 0-d operand broadcast to `shape` (scalars broadcast in lax ops, as in jax.lax)."""
-    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg[0], shape), a.weak_type)
+    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg.value, shape), a.weak_type)
     return expand(reshape(a, (1,) * len(shape)), shape)
 
 
@@ -244,7 +244,7 @@ def pad(x, padding_value, padding_config: Sequence[tuple[int, int, int]]) -> Arr
     if all(w == (0, 0) for w in widths): return out
     padded = movement(Ops.PAD, out, widths)
     value = to_array(padding_value, out.uop.dtype)
-    if value.uop.op is Ops.CONST and value.uop.arg[0] == 0: return padded
+    if value.uop.op is Ops.CONST and value.uop.arg.value == 0: return padded
     mask = movement(Ops.PAD, Array(UOp.const(dtypes.bool_, True, out.shape)), widths)
     return select(mask, padded, expand(reshape(value, (1,) * padded.ndim), padded.shape) if value.ndim == 0 else value)
 
@@ -329,7 +329,7 @@ def scatter_axis(x, indices, updates, axis: int, mode: str = "set") -> Array:
     if upd.shape != want:
         raise ShapeError(at_user_line(f"scatter: updates of shape {upd.shape} do not fit indices of shape {idx.shape} "
                                       f"into an operand of shape {a.shape} along axis {axis} (want {want})"))
-    return Array(UOp(Ops.SCATTER, a.uop.dtype, (a.uop, idx.uop, upd.uop), (axis, mode)), a.weak_type)
+    return Array(UOp(Ops.SCATTER, a.uop.dtype, (a.uop, idx.uop, upd.uop), ScatterArg(axis, mode)), a.weak_type)
 
 
 # ---- reductions ----
@@ -339,7 +339,7 @@ def _reduce(op: Ops, x: Any, axes: Sequence[int], name: str) -> Array:
     a = to_array(x)
     axes = tuple(sorted(normalize_axes(axes, a.ndim, name)))
     if not axes: return a
-    return Array(UOp(Ops.REDUCE, a.uop.dtype, (a.uop,), (op, axes)), a.weak_type)
+    return Array(UOp(Ops.REDUCE, a.uop.dtype, (a.uop,), ReduceArg(op, axes)), a.weak_type)
 
 
 def _drop_axes(a: Array, axes: tuple[int, ...]) -> Array:
@@ -402,7 +402,8 @@ def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
     """An array of `shape` whose value is its index along `dimension`."""
     dt, shape = dtypes.to_dtype(dtype), canonical_shape(shape, "broadcasted_iota")
     dimension = normalize_axes(dimension, len(shape), "broadcasted_iota")[0]
-    index = UOp(Ops.IOTA, dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64, (), (shape, dimension))
+    index_dtype = dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64
+    index = UOp(Ops.IOTA, index_dtype, (), IotaArg(shape, dimension))
     return convert_element_type(Array(index), dt)
 
 
@@ -553,7 +554,7 @@ def _collective(kind: str, x: Any, axis_name: Any, axis: int = 0) -> Array:
     a = to_array(x)
     for name in _axis_names(axis_name):  # psum/pmax/pmin over several axes: one after the other
         size = _axis_size(name, kind)
-        a = Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), (kind, name, size, axis)), a.weak_type)
+        a = Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), CollectiveArg(kind, name, size, axis)), a.weak_type)
     return a
 
 
@@ -600,6 +601,6 @@ def axis_index(axis_name: Any) -> Array:
     index = None
     for name in _axis_names(axis_name):
         size = _axis_size(name, "axis_index")
-        own = Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), ("axis_index", name, size, 0)))
+        own = Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), CollectiveArg("axis_index", name, size, 0)))
         index = own if index is None else add(mul(index, full((), size, dtypes.int32)), own)
     return index

@@ -115,15 +115,15 @@ def _movement(u: UOp, x: np.ndarray) -> np.ndarray:
 
 def primitive(u: UOp, src: list[np.ndarray]) -> np.ndarray:
     """The value of primitive node `u` (no call, tuple, buffer or control node) given its sources' values."""
-    if u.op is Ops.CONST: return np.full(u.shape, u.arg[0], dtype=u.dtype.np)
+    if u.op is Ops.CONST: return np.full(u.shape, u.arg.value, dtype=u.dtype.np)
     if u.op is Ops.IOTA:
-        shape, axis = u.arg
+        shape, axis = u.arg.shape, u.arg.axis
         index = np.arange(shape[axis], dtype=u.dtype.np).reshape([-1 if i == axis else 1 for i in range(len(shape))])
         return np.broadcast_to(index, shape)
     if u.op in GroupOp.Movement: return _movement(u, src[0])
     if u.op is Ops.INDEX: return _gather(src[0], src[1], u.arg)
-    if u.op is Ops.SCATTER: return _scatter(src[0], src[1], src[2], *u.arg)
-    if u.op is Ops.REDUCE: return _reduce(u.arg[0], src[0], u.arg[1])
+    if u.op is Ops.SCATTER: return _scatter(src[0], src[1], src[2], u.arg.axis, u.arg.mode)
+    if u.op is Ops.REDUCE: return _reduce(u.arg.op, src[0], u.arg.axes)
     if u.op is Ops.CAST: return cast(src[0], u.dtype)
     if u.op is Ops.BITCAST: return src[0].view(u.dtype.np)
     if u.op in UNARY: return UNARY[u.op](src[0])

@@ -1,7 +1,7 @@
 """Rules as data: `UPat` patterns, a `PatternMatcher` of (pattern, function) pairs, and `graph_rewrite`.
 
         pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))),
-                              lambda x, c: x if c.arg[0] == 0 else None)])
+                              lambda x, c: x if c.arg.value == 0 else None)])
         graph_rewrite(root, pm)   # bottom-up, each node rewritten to a fixed point
 
 A rule's function gets the named sub-matches as keyword arguments (plus `ctx` if it names it) and returns a
@@ -39,8 +39,8 @@ class UPat:
     @staticmethod
     def const(value: Any, name: str | None = None) -> UPat:
         """A CONST node whose value equals `value` (any shape, any dtype)."""
-        return UPat(Ops.CONST, name=name, predicate=lambda u: u.arg[0] == value and type(u.arg[0]) is not bool
-                                or u.arg[0] is value)
+        return UPat(Ops.CONST, name=name, predicate=lambda u: u.arg.value == value and type(u.arg.value) is not bool
+                                or u.arg.value is value)
 
     def match(self, u: UOp, bindings: dict[str, UOp]) -> bool:
         if self.ops is not None and u.op not in self.ops: return False
@@ -114,12 +114,12 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     PARAMs are scoped: inside the body of a call or control node, the PARAMs of that node's own tag are its
     parameters, not the mapping's. One body is shared (hash-consed) by every call of a checkpointed function;
     binding one call's PARAMs must not rewrite the bodies of the other calls it reaches."""
-    tags = {p.arg[3:] for p in mapping if p.op is Ops.PARAM}
+    tags = {p.arg.tag for p in mapping if p.op is Ops.PARAM}
     shadows = (lambda u: u.binds in tags) if tags else (lambda u: False)
     memo = dict(mapping)
     for u in postorder(root, lambda u: u.operands if shadows(u) else u.src, memo):
         if shadows(u):
-            inner = {k: v for k, v in mapping.items() if not (k.op is Ops.PARAM and k.arg[3:] == u.binds)}
+            inner = {k: v for k, v in mapping.items() if not (k.op is Ops.PARAM and k.arg.tag == u.binds)}
             n_bodies = len(u.src) - len(u.operands)
             src = tuple(substitute(b, inner) for b in u.src[:n_bodies]) + tuple(memo[s] for s in u.src[n_bodies:])
         else:

@@ -30,7 +30,7 @@ from fnx.config import config
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, ShapeError, UnexpectedTracerError, at_user_line, user_frame
 from fnx.rewrite import substitute
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import BufferArg, GroupOp, Ops, ParamArg, UOp
 
 
 class _State(threading.local):
@@ -99,14 +99,14 @@ class Array:
     @property
     def uop(self) -> UOp:
         """The array's graph: a BUFFER for a concrete array, a lazy graph over PARAMs under a trace."""
-        if self._uop is None: self._uop = UOp(Ops.BUFFER, self._dtype, (), (self._buffer, self._shape))
+        if self._uop is None: self._uop = UOp(Ops.BUFFER, self._dtype, (), BufferArg(self._buffer, self._shape))
         elif self._trace is not None and self._trace.closed: self._escaped()
         return self._uop
 
     @uop.setter
     def uop(self, uop: UOp) -> None:
         self._uop, self._shape, self._dtype = uop, uop.shape, uop.dtype
-        self._buffer = uop.arg[0] if uop.op is Ops.BUFFER else None
+        self._buffer = uop.arg.buffer if uop.op is Ops.BUFFER else None
         self._trace = state.trace if self._buffer is None and uop.op is not Ops.CONST else None
 
     def _escaped(self):
@@ -287,7 +287,7 @@ def parameterize(outs: list[UOp]) -> tuple[UOp, list[UOp]]:
     """FUNCTION(TUPLE(outs)) with every BUFFER under `outs` replaced by a PARAM; also returns those BUFFERs."""
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     buffers = [u for u in body.toposort if u.op is Ops.BUFFER]
-    params = {b: UOp(Ops.PARAM, b.dtype, (), (i, b.shape, b.device)) for i, b in enumerate(buffers)}
+    params = {b: UOp(Ops.PARAM, b.dtype, (), ParamArg(i, b.shape, b.device)) for i, b in enumerate(buffers)}
     new_body = substitute(body, params) if params else body
     return UOp(Ops.FUNCTION, dtypes.bool_, (new_body, *buffers)), buffers
 
@@ -303,7 +303,7 @@ def realize(outs: list[UOp]) -> list[UOp]:
                                       "move them with fnx.device_put first"))
     device = devices.pop() if devices else state.default_device
     fn, constants = _lift_constants(fn, device)
-    inputs = [b.arg[0] for b in buffers] + [_constant_buffer(c, device) for c in constants]
+    inputs = [b.arg.buffer for b in buffers] + [_constant_buffer(c, device) for c in constants]
     results = iter(run_function(fn, inputs, device))
     return [u if u.op is Ops.BUFFER else next(results) for u in outs]
 
@@ -316,12 +316,12 @@ def _lift_constants(fn: UOp, device: str) -> tuple[UOp, list[UOp]]:
     body = fn.src[0]
     found = [u for u in body.graph if u.op is Ops.CONST]
     if not found: return fn, []
-    scalars = list(dict.fromkeys(UOp.const(c.dtype, c.arg[0]) for c in found))
-    slot = {c: UOp(Ops.PARAM, c.dtype, (), (len(fn.src) - 1 + i, (), device)) for i, c in enumerate(scalars)}
+    scalars = list(dict.fromkeys(UOp.const(c.dtype, c.arg.value) for c in found))
+    slot = {c: UOp(Ops.PARAM, c.dtype, (), ParamArg(len(fn.src) - 1 + i, (), device)) for i, c in enumerate(scalars)}
     memo: dict[UOp, UOp] = {}
     for u in body.graph:
         if u.op is Ops.CONST:
-            p = slot[UOp.const(u.dtype, u.arg[0])]
+            p = slot[UOp.const(u.dtype, u.arg.value)]
             memo[u] = p if not u.shape else UOp(Ops.EXPAND, u.dtype, (
                 UOp(Ops.RESHAPE, u.dtype, (p,), (1,) * len(u.shape)),), u.shape)
         else:  # bodies of calls and control nodes are never in memo: they keep their own constants
@@ -337,14 +337,14 @@ def _constant_buffer(c: UOp, device: str) -> Buffer:
     """A device buffer holding scalar constant `c` (shared: buffers are immutable)."""
     key = (c, device)
     if (buf := _constant_buffers.get(key)) is None:
-        buf = _constant_buffers.put(key, get_device(device).allocator.from_numpy(np.array(c.arg[0], c.dtype.np)))
+        buf = _constant_buffers.put(key, get_device(device).allocator.from_numpy(np.array(c.arg.value, c.dtype.np)))
     return buf
 
 
 def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:
     """Run FUNCTION `fn` on `inputs`; returns BUFFER UOps of its outputs."""
     exe = compile_function(fn, device)
-    return [UOp(Ops.BUFFER, out.dtype, (), (buf, out.shape))
+    return [UOp(Ops.BUFFER, out.dtype, (), BufferArg(buf, out.shape))
             for out, buf in zip(fn.src[0].src, exe(inputs))]
 
 
@@ -434,7 +434,7 @@ def _trace(f: Callable, args: tuple, device: str | None, avals: list | None, tra
     tag = (tag if tag is not None else (fresh_tag(),)) if transform else ()
     # a transform's PARAM lives where its argument does (a jit's arguments all live on `device`)
     places = [(_device_of(x) or device) if transform else device for x in leaves] if leaves else []
-    params = [Array(UOp(Ops.PARAM, dtype, (), (i, shape, places[i] if i < len(places) else device) + tag), weak)
+    params = [Array(UOp(Ops.PARAM, dtype, (), ParamArg(i, shape, places[i] if i < len(places) else device, tag)), weak)
               for i, (shape, dtype, weak) in enumerate(avals)]
     concrete = transform and not abstract and not state.tracing  # vmap's values are batches: abstract
     bound = {p.uop: _leaf_uop(x, p.uop) for p, x in zip(params, leaves)} if concrete else {}
@@ -478,7 +478,8 @@ def _hoist_constants(outs: list[UOp], params: list[UOp]) -> tuple[UOp, list[UOp]
     arguments' PARAMs."""
     body = UOp(Ops.TUPLE, dtypes.bool_, tuple(outs))
     consts = [u for u in body.toposort if u.op is Ops.BUFFER]
-    mapping = {b: UOp(Ops.PARAM, b.dtype, (), (len(params) + i, b.shape, b.device)) for i, b in enumerate(consts)}
+    mapping = {b: UOp(Ops.PARAM, b.dtype, (), ParamArg(len(params) + i, b.shape, b.device))
+               for i, b in enumerate(consts)}
     if mapping: body = substitute(body, mapping)
     return UOp(Ops.FUNCTION, dtypes.bool_, (body, *params, *mapping.values())), consts
 
@@ -527,7 +528,7 @@ def constant_array(value: np.ndarray) -> Array:
         scalar = value.reshape(-1)[0].item() if value.size else 0
         return Array(UOp.const(dtype, scalar, value.shape))
     buf = get_device(state.default_device).allocator.from_numpy(value)  # a copy: the caller may change `value`
-    return Array(UOp(Ops.BUFFER, dtype, (), (buf, tuple(value.shape))))
+    return Array(UOp(Ops.BUFFER, dtype, (), BufferArg(buf, tuple(value.shape))))
 
 
 def _canonical_host(value: np.ndarray) -> np.ndarray:
@@ -589,7 +590,7 @@ def cast(a: Array, dtype: DType) -> Array:
     it has that dtype. Casts of constants fold here, so weak scalars promote without a kernel."""
     if a.uop.dtype == dtype: return a
     if a.uop.op is Ops.CONST:
-        value = a.uop.arg[0]
+        value = a.uop.arg.value
         if dtype.is_bool: value = value != 0
         elif dtype.is_int and isinstance(value, float):
             value = int(value) if math.isfinite(value) else 0
@@ -664,7 +665,7 @@ def broadcast_array(a: Array, shape: tuple[int, ...], name: str = "broadcast_to"
     if a.shape == shape: return a
     if broadcast_shapes(a.shape, shape, name=name) != shape:
         raise ShapeError(at_user_line(f"{name}: cannot broadcast {shape_str(a)} to shape {shape}"))
-    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg[0], shape), a.weak_type)
+    if a.uop.op is Ops.CONST: return Array(UOp.const(a.uop.dtype, a.uop.arg.value, shape), a.weak_type)
     ranked = (1,) * (len(shape) - a.ndim) + a.shape
     out = a if ranked == a.shape else movement(Ops.RESHAPE, a, ranked)
     return out if ranked == shape else movement(Ops.EXPAND, out, shape)

@@ -3,6 +3,9 @@
 A UOp is `(op, dtype, src, arg)`. Structurally equal UOps are the same object, so `is` is equality, common
 subexpressions merge for free and a UOp can key a cache. Construction checks its sources and raises
 `ShapeError` naming the op, the shapes and the user's source line.
+
+An op whose arg is a record takes it as a named tuple (`ParamArg`, `ScanArg`, ... below, listed in `ARG_TYPES`),
+read by field: `p.arg.slot`, `node.arg.ncarry`. Other args are plain values (an axis, a shape, a device).
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import enum
 import math
 import weakref
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from fnx import dtypes
 from fnx.dtypes import DType
@@ -23,7 +26,7 @@ class Ops(enum.Enum):
     # movement (shapes are static tuples in arg); INDEX gathers along one axis with an integer index array
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto(); PAD = enum.auto()  # noqa: E702
     SHRINK = enum.auto(); FLIP = enum.auto(); INDEX = enum.auto()  # noqa: E702
-    # reduce: REDUCE(op in ADD/MAX/MUL, axes); SCATTER writes updates into a copy of its operand
+    # reduce: REDUCE(ReduceArg(op in ADD/MAX/MUL, axes)); SCATTER writes updates into a copy of its operand
     REDUCE = enum.auto(); SCATTER = enum.auto()  # noqa: E702
     # elementwise unary
     RECIP = enum.auto(); SQRT = enum.auto(); EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto()  # noqa: E702
@@ -36,11 +39,11 @@ class Ops(enum.Enum):
     WHERE = enum.auto()
     # call
     FUNCTION = enum.auto(); CALL = enum.auto(); TUPLE = enum.auto(); GETTUPLE = enum.auto()  # noqa: E702
-    # structured control flow (call family): bodies are TUPLEs over PARAMs tagged with the node's arg[0]
+    # structured control flow (call family): bodies are TUPLEs over PARAMs tagged with the node's arg.tag
     COND = enum.auto(); WHILE = enum.auto(); SCAN = enum.auto()  # noqa: E702
     # markers
     CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
-    # collectives over a named (vmapped) axis: arg = (kind, axis name, size, gather axis)
+    # collectives over a named (vmapped) axis: arg = CollectiveArg(kind, axis_name, size, axis)
     COLLECTIVE = enum.auto()
     # lowering only: never seen by transforms
     RANGE = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); ACC = enum.auto()  # noqa: E702
@@ -71,6 +74,86 @@ class GroupOp:
 Shape = tuple[int, ...]
 
 
+# ---- node arguments: a named tuple per op whose arg is a record (docs/IR.md lists them beside the ops) ----
+
+class BufferArg(NamedTuple):
+    """BUFFER: a device allocation (fnx.backends' Buffer; the IR does not import backends) viewed with `shape`."""
+    buffer: Any
+    shape: Shape
+
+
+class ParamArg(NamedTuple):
+    """PARAM: argument `slot` of the FUNCTION, call or control body that binds `tag` (`()`: a FUNCTION's own,
+    `(t,)`: control node t's, `("call", n)`: a custom call's; see `UOp.binds`), living on `device`."""
+    slot: int
+    shape: Shape
+    device: str | None
+    tag: tuple = ()
+
+
+class ConstArg(NamedTuple):
+    """CONST: the Python scalar `value` (held as the node's dtype holds it) broadcast to `shape`."""
+    value: bool | int | float
+    shape: Shape
+
+
+class IotaArg(NamedTuple):
+    """IOTA: an integer array of `shape` whose value is its index along `axis`."""
+    shape: Shape
+    axis: int
+
+
+class ReduceArg(NamedTuple):
+    """REDUCE: reduce with `op` (ADD, MAX or MUL) over `axes` (kept with size 1); inside a kernel `axes` is ()
+    and the loops reduced over are the node's RANGE sources."""
+    op: Ops
+    axes: tuple[int, ...]
+
+
+class ScatterArg(NamedTuple):
+    """SCATTER: combine the updates into a copy of the operand along `axis`; mode set/add/mul/min/max."""
+    axis: int
+    mode: str
+
+
+class ControlArg(NamedTuple):
+    """COND and WHILE: the tag their bodies' PARAMs carry (as `ParamArg.tag == (tag,)`)."""
+    tag: int
+
+
+class ScanArg(NamedTuple):
+    """SCAN: body tag; the operands are `ncarry` carries, then `nxs` arrays scanned along their leading axis of
+    `length` (last to first when `reverse`), then closed-over values."""
+    tag: int
+    ncarry: int
+    length: int
+    reverse: bool
+    nxs: int
+
+
+class CollectiveArg(NamedTuple):
+    """COLLECTIVE: `kind` (psum, pmax, pmin, all_gather, axis_index) over the vmapped axis `axis_name` of `size`
+    examples; `axis` is where all_gather puts the gathered axis (0 for the others)."""
+    kind: str
+    axis_name: str
+    size: int
+    axis: int
+
+
+class RangeArg(NamedTuple):
+    """RANGE (lowering only): loop `number` (unique within a kernel), running over [0, size)."""
+    number: int
+    size: int
+
+
+# the arg class each of these ops must be built with: a plain tuple with the same fields would be hash-consed
+# into the same node (a named tuple equals that tuple), so construction rejects one (checked on a cache miss)
+ARG_TYPES: dict[Ops, type] = {Ops.BUFFER: BufferArg, Ops.PARAM: ParamArg, Ops.CONST: ConstArg, Ops.IOTA: IotaArg,
+                              Ops.REDUCE: ReduceArg, Ops.SCATTER: ScatterArg, Ops.COND: ControlArg,
+                              Ops.WHILE: ControlArg, Ops.SCAN: ScanArg, Ops.COLLECTIVE: CollectiveArg,
+                              Ops.RANGE: RangeArg}
+
+
 def prod(xs) -> int:
     return math.prod(xs)
 
@@ -80,9 +163,9 @@ def _fail(op: Ops, message: str, *srcs: UOp) -> ShapeError:
     return ShapeError(at_user_line(f"{op.name}: {message} (operands: {shapes})"))
 
 
-def _const_key(arg: Any) -> Any:
+def _const_key(arg: ConstArg) -> tuple:
     # 0.0 == -0.0 and nan != nan in Python: key floats by their bits so hash-consing keeps them apart / together
-    value, shape = arg
+    value, shape = arg  # (unpacked, not read by field: a plain tuple gets as far as UOp.__new__'s TypeError)
     return (value.hex() if isinstance(value, float) else (type(value), value), shape)
 
 
@@ -101,6 +184,8 @@ class UOp:
         key = (op, dtype, src, _const_key(arg) if op is Ops.CONST else arg)
         if (found := UOp._interned.get(key)) is not None:
             return found
+        if (want := ARG_TYPES.get(op)) is not None and type(arg) is not want:
+            raise TypeError(f"{op.name} takes a {want.__name__} arg, got {arg!r}")
         u = object.__new__(cls)
         u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
         u.shape = _infer_shape(u)
@@ -123,8 +208,8 @@ class UOp:
 
     @cached_property
     def device(self) -> str | None:
-        if self.op is Ops.PARAM: return self.arg[2]
-        if self.op is Ops.BUFFER: return self.arg[0].device
+        if self.op is Ops.PARAM: return self.arg.device
+        if self.op is Ops.BUFFER: return self.arg.buffer.device
         if self.op is Ops.COPY: return self.arg
         for s in self.src:
             if s.op is not Ops.TUPLE and (d := s.device) is not None: return d
@@ -146,7 +231,7 @@ class UOp:
     def binds(self) -> tuple | None:
         """The tag of the PARAMs this node's bodies bind (a custom call's or a control node's), else None."""
         if self.op is Ops.CALL: return getattr(self.arg, "tag", None)
-        if self.op in GroupOp.Control: return (self.arg[0] if isinstance(self.arg, tuple) else self.arg,)
+        if self.op in GroupOp.Control: return (self.arg.tag,)
         return None
 
     @cached_property
@@ -162,7 +247,7 @@ class UOp:
     # ---- construction helpers (used by the lowering for scalar index arithmetic) ----
     @staticmethod
     def const(dtype: DType, value: Any, shape: Shape = ()) -> UOp:
-        return UOp(Ops.CONST, dtype, (), (scalar_of(value, dtype), tuple(shape)))
+        return UOp(Ops.CONST, dtype, (), ConstArg(scalar_of(value, dtype), tuple(shape)))
 
     def const_like(self, value: Any) -> UOp:
         return UOp.const(self.dtype, value, self.shape)
@@ -188,7 +273,7 @@ class UOp:
 
     @property
     def const_value(self) -> Any:
-        return self.arg[0] if self.op is Ops.CONST else None
+        return self.arg.value if self.op is Ops.CONST else None
 
 
 def postorder(root: UOp, children, stop: set | dict = frozenset()) -> list[UOp]:
@@ -226,8 +311,8 @@ def _bounds(u: UOp) -> tuple[int | float, int | float]:
 
 
 def _int_bounds(u: UOp) -> tuple[int, int] | None:
-    if u.op is Ops.CONST: return (u.arg[0], u.arg[0])
-    if u.op is Ops.RANGE: return (0, u.arg[1] - 1)
+    if u.op is Ops.CONST: return (u.arg.value, u.arg.value)
+    if u.op is Ops.RANGE: return (0, u.arg.size - 1)
     if u.op is Ops.CAST and not u.src[0].dtype.is_float: return u.src[0].bounds
     if len(u.src) == 2 and u.op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD):
         (a, b), (c, d) = u.src[0].bounds, u.src[1].bounds
@@ -242,7 +327,7 @@ def _int_bounds(u: UOp) -> tuple[int, int] | None:
         (a, b), (c, d) = u.src[1].bounds, u.src[2].bounds
         cond = u.src[0]
         if cond.op is Ops.CMPLT and cond.src[0] is u.src[1] and cond.src[1].op is Ops.CONST:  # min(x, c - 1)
-            b = min(b, cond.src[1].arg[0] - 1)
+            b = min(b, cond.src[1].arg.value - 1)
         return (min(a, c), max(b, d))
     return None
 
@@ -256,24 +341,23 @@ def _check_axes(op: Ops, axes: tuple[int, ...], ndim: int, x: UOp) -> None:
 
 def _infer_shape(u: UOp) -> Shape | None:
     op, src, arg = u.op, u.src, u.arg
-    if op in (Ops.CONST, Ops.BUFFER): return tuple(arg[1]) if op is Ops.CONST else tuple(arg[1])
-    if op is Ops.PARAM: return tuple(arg[1])
-    if op is Ops.IOTA:  # arg = (shape, axis): the index along `axis`
-        if not 0 <= arg[1] < len(arg[0]) or not u.dtype.is_int: raise _fail(op, f"bad iota {arg} of {u.dtype}")
-        return tuple(arg[0])
+    if op in (Ops.CONST, Ops.BUFFER, Ops.PARAM): return tuple(arg.shape)
+    if op is Ops.IOTA:  # the index along `axis`
+        if not 0 <= arg.axis < len(arg.shape) or not u.dtype.is_int:
+            raise _fail(op, f"bad iota along axis {arg.axis} of shape {arg.shape} of {u.dtype}")
+        return tuple(arg.shape)
     if op in GroupOp.Lowering: return ()
     if op is Ops.COLLECTIVE:
-        kind, _, size, axis = arg
-        if kind == "axis_index": return ()
-        if kind == "all_gather": return src[0].shape[:axis] + (size,) + src[0].shape[axis:]
+        if arg.kind == "axis_index": return ()
+        if arg.kind == "all_gather": return src[0].shape[:arg.axis] + (arg.size,) + src[0].shape[arg.axis:]
         return src[0].shape
     if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL) or op in GroupOp.Control: return None
     if op is Ops.GETTUPLE:
         body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]
         if not 0 <= arg < len(body.src):
             raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
-        if src[0].op is Ops.SCAN and arg >= src[0].arg[1]:  # per-step outputs are stacked along a new axis
-            return (src[0].arg[2],) + body.src[arg].shape
+        if src[0].op is Ops.SCAN and arg >= src[0].arg.ncarry:  # per-step outputs are stacked along a new axis
+            return (src[0].arg.length,) + body.src[arg].shape
         return body.src[arg].shape
     x = src[0]
     if op in GroupOp.Movement: return _movement_shape(op, x, arg)
@@ -284,14 +368,14 @@ def _infer_shape(u: UOp) -> Shape | None:
         if x.shape[axis] == 0 and idx.size: raise _fail(op, f"cannot gather from an empty axis {axis}", x, idx)
         return x.shape[:axis] + idx.shape + x.shape[axis + 1:]
     if op is Ops.SCATTER:
-        (axis, _), idx, upd = arg, src[1], src[2]
+        axis, idx, upd = arg.axis, src[1], src[2]
         _check_axes(op, (axis,), x.ndim, x)
         if upd.shape != x.shape[:axis] + idx.shape + x.shape[axis + 1:] or not idx.dtype.is_int or upd.dtype != x.dtype:
             raise _fail(op, f"updates must have shape operand[:{axis}] + indices.shape + operand[{axis}+1:]",
                         x, idx, upd)
         return x.shape
     if op is Ops.REDUCE:
-        reduce_op, axes = arg
+        reduce_op, axes = arg.op, arg.axes
         if reduce_op not in (Ops.ADD, Ops.MAX, Ops.MUL): raise _fail(op, f"cannot reduce with {reduce_op}", x)
         _check_axes(op, axes, x.ndim, x)
         return tuple(1 if i in axes else s for i, s in enumerate(x.shape))

@@ -127,7 +127,7 @@ class KernelRenderer:
     def __init__(self, kernel: Kernel, lines: Linear, constants: dict[str, str]):
         self.kernel, self.lines, self.constants = kernel, lines, constants
         self.lanes = set(kernel.lanes)
-        self.width = kernel.lanes[0].arg[1] if kernel.lanes else 0
+        self.width = kernel.lanes[0].arg.size if kernel.lanes else 0
         self.vec = {u: not self.lanes.isdisjoint(d) for u, d in range_deps(kernel.sink).items()}
         self.names: dict[UOp, str] = {}
         self.acc: dict[UOp, str] = {}
@@ -153,14 +153,14 @@ class KernelRenderer:
         return self.constants.setdefault(text, f"c{len(self.constants)}")
 
     def value(self, u: UOp) -> str:
-        if u.op is Ops.CONST: return self.const(u.arg[0], u.dtype)
-        if u.op is Ops.RANGE: return "lane" if u in self.lanes else f"r{u.arg[0]}"
+        if u.op is Ops.CONST: return self.const(u.arg.value, u.dtype)
+        if u.op is Ops.RANGE: return "lane" if u in self.lanes else f"r{u.arg.number}"
         return self.names[u]
 
     def render(self) -> str:
         k = self.kernel
         args = [f"b{i}" for i in range(len(k.args))] + ["lo", "hi"]
-        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg[0]}"
+        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
         if self.width: self.emit(f"lane = rng(0, {self.width})")
         for what, u in self.lines: getattr(self, f"line_{what}")(u)
         if not self.body: self.emit("pass")
@@ -169,7 +169,7 @@ class KernelRenderer:
     # ---- loops and accumulators ----
     def line_open(self, r: UOp) -> None:
         threaded = self.kernel.thread_range >= 0 and self.kernel.ranges[self.kernel.thread_range] is r
-        self.emit(f"for r{r.arg[0]} in rng({'lo, hi' if threaded else f'0, {r.arg[1]}'}):")
+        self.emit(f"for r{r.arg.number} in rng({'lo, hi' if threaded else f'0, {r.arg.size}'}):")
         self.depth += 1
 
     def line_close(self, r: UOp) -> None:
@@ -179,19 +179,19 @@ class KernelRenderer:
     def line_acc_init(self, red: UOp) -> None:
         self.acc[red] = f"acc{len(self.acc)}"
         d = accumulator_dtype(red.dtype)
-        identity = self.const(reduce_identity(red.arg[0], red.dtype), d)
+        identity = self.const(reduce_identity(red.arg.op, red.dtype), d)
         self.emit(f"{self.acc[red]} = " + (f"np.full({self.width}, {identity})" if self.vec[red.src[0]] else identity))
 
     def line_acc_update(self, red: UOp) -> None:
         d, x = accumulator_dtype(red.dtype), self.value(red.src[0])
         if d != red.dtype: x = f"{x}.astype(T[{d.name!r}])"
-        self.emit(f"{self.acc[red]} = {code_for_op[red.arg[0]](d, self.acc[red], x)}")
+        self.emit(f"{self.acc[red]} = {code_for_op[red.arg.op](d, self.acc[red], x)}")
 
     def finish_reduce(self, red: UOp) -> str:
         """The REDUCE's value: its accumulator, reduced across lanes when the lane range is one of its ranges."""
         text = self.acc[red]
         if self.vec[red.src[0]] and not self.lanes.isdisjoint(red.src[1:]):
-            text = (reduce_lanes_bool if red.dtype.is_bool else reduce_lanes)[red.arg[0]].format(x=text)
+            text = (reduce_lanes_bool if red.dtype.is_bool else reduce_lanes)[red.arg.op].format(x=text)
         return f"({text}).astype(T[{red.dtype.name!r}])" if is_half(red.dtype) else text
 
     # ---- nodes ----

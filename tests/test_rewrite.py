@@ -6,13 +6,13 @@ from hypothesis import given, strategies as st
 from fnx import dtypes
 from fnx.backends import interp
 from fnx.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, Ops, ParamArg, UOp
 
 F32, I32 = dtypes.float32, dtypes.int32
 
 
 def param(slot, dtype=F32, shape=(3,)) -> UOp:
-    return UOp(Ops.PARAM, dtype, (), (slot, shape, None))
+    return UOp(Ops.PARAM, dtype, (), ParamArg(slot, shape, None))
 
 
 def const(value, dtype=F32, shape=(3,)) -> UOp:
@@ -191,7 +191,7 @@ def test_nodes_created_by_rules_are_rewritten_too():
 
 def test_ctx_reaches_graph_rewrite_rules():
     seen = []
-    pm = PatternMatcher([(UPat(Ops.PARAM, name="p"), lambda ctx, p: ctx.append(p.arg[0]))])
+    pm = PatternMatcher([(UPat(Ops.PARAM, name="p"), lambda ctx, p: ctx.append(p.arg.slot))])
     graph_rewrite(UOp(Ops.ADD, F32, (X, Y)), pm, ctx=seen)
     assert sorted(seen) == [0, 1]
 

@@ -2,6 +2,7 @@
 bounds (checked against brute-force evaluation over every value of the RANGEs)."""
 import itertools
 import math
+import pickle
 import sys
 
 import numpy as np
@@ -13,17 +14,17 @@ from fnx.backends import interp
 from fnx.backends.device import Buffer
 from fnx.errors import ShapeError
 from fnx.rewrite import substitute
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import ARG_TYPES, BufferArg, GroupOp, IotaArg, Ops, ParamArg, RangeArg, ReduceArg, ScatterArg, UOp
 
 F32, I32, I64 = dtypes.float32, dtypes.int32, dtypes.int64
 
 
 def param(shape, dtype=F32, slot=0) -> UOp:
-    return UOp(Ops.PARAM, dtype, (), (slot, tuple(shape), None))
+    return UOp(Ops.PARAM, dtype, (), ParamArg(slot, tuple(shape), None))
 
 
 def rng_node(size: int, axis_id: int) -> UOp:
-    return UOp(Ops.RANGE, I64, (), (axis_id, size))
+    return UOp(Ops.RANGE, I64, (), RangeArg(axis_id, size))
 
 
 shapes = st.lists(st.integers(0, 4), min_size=1, max_size=4).map(tuple)
@@ -82,6 +83,31 @@ def test_usable_as_dict_key():
     assert cache[UOp(Ops.SIN, F32, (param((4,)),))] == "sin"
 
 
+# ---- node arguments: named tuples, read by field ----
+
+@pytest.mark.parametrize("op", sorted(ARG_TYPES, key=lambda op: op.name))
+def test_a_plain_tuple_arg_is_rejected(op):
+    # a tuple equals the named tuple with its fields, so it would be interned as that node: rejected when new
+    plain = tuple(range(9170, 9170 + len(ARG_TYPES[op]._fields)))
+    with pytest.raises(TypeError, match=ARG_TYPES[op].__name__):
+        UOp(op, I32, (), plain)
+
+
+def test_a_plain_tuple_equal_to_an_existing_arg_finds_that_node():
+    p = UOp(Ops.PARAM, F32, (), ParamArg(3, (2,), None, (41,)))
+    assert UOp(Ops.PARAM, F32, (), (3, (2,), None, (41,))) is p
+    assert p.arg.slot == 3 and p.arg.tag == (41,)
+    assert param((2,)).arg.tag == ()  # untagged: a FUNCTION's own argument
+
+
+def test_pickle_keeps_named_args_and_interning():
+    p = UOp(Ops.PARAM, F32, (), ParamArg(0, (4, 3), None, ("call", 7)))
+    red = UOp(Ops.REDUCE, F32, (UOp(Ops.MUL, F32, (p, UOp.const(F32, -0.0, (4, 3)))),), ReduceArg(Ops.MAX, (1,)))
+    again = pickle.loads(pickle.dumps(red))
+    assert again is red
+    assert type(again.arg) is ReduceArg and again.src[0].src[0].arg.tag == ("call", 7)
+
+
 # ---- derived shapes, against numpy as the oracle ----
 
 @given(shapes, st.data())
@@ -118,7 +144,7 @@ def test_expand_shape_matches_numpy(shape, data):
 def test_reduce_shape_matches_numpy_keepdims(shape, data):
     axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1)))))
     for reduce_op in (Ops.ADD, Ops.MAX, Ops.MUL):
-        u = UOp(Ops.REDUCE, F32, (param(shape),), (reduce_op, axes))
+        u = UOp(Ops.REDUCE, F32, (param(shape),), ReduceArg(reduce_op, axes))
         assert u.shape == np.sum(np.empty(shape), axis=axes, keepdims=True).shape
 
 
@@ -130,7 +156,7 @@ def test_gather_and_scatter_shapes_match_numpy(shape, idx_shape, data):
     want = np.take(np.empty(shape), np.zeros(idx_shape, np.int64), axis=axis).shape
     assert gathered.shape == want
     updates = param(want, slot=2)
-    assert UOp(Ops.SCATTER, F32, (x, idx, updates), (axis, "add")).shape == shape
+    assert UOp(Ops.SCATTER, F32, (x, idx, updates), ScatterArg(axis, "add")).shape == shape
 
 
 @given(shapes)
@@ -152,10 +178,10 @@ def test_elementwise_and_marker_shapes(shape):
 
 def test_source_shapes():
     buf = Buffer.from_numpy("cpu:0", np.zeros(6, np.float32))
-    assert UOp(Ops.BUFFER, F32, (), (buf, (2, 3))).shape == (2, 3)
+    assert UOp(Ops.BUFFER, F32, (), BufferArg(buf, (2, 3))).shape == (2, 3)
     assert UOp.const(F32, 1.0, (4, 1)).shape == (4, 1)
     assert param((5,)).shape == (5,)
-    iota = UOp(Ops.IOTA, I32, (), ((3, 4), 1))
+    iota = UOp(Ops.IOTA, I32, (), IotaArg((3, 4), 1))
     assert iota.shape == (3, 4)
     np.testing.assert_array_equal(interp.evaluate(iota, {}), np.broadcast_to(np.arange(4), (3, 4)))
 
@@ -194,12 +220,12 @@ BAD = [
     (Ops.SHRINK, "float32[2, 3]", lambda: UOp(Ops.SHRINK, F32, (X,), ((0, 2), (1, 4)))),
     (Ops.SHRINK, "float32[2, 3]", lambda: UOp(Ops.SHRINK, F32, (X,), ((1, 0), (0, 3)))),
     (Ops.FLIP, "float32[2, 3]", lambda: UOp(Ops.FLIP, F32, (X,), (True,))),
-    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), (Ops.ADD, (2,)))),
-    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), (Ops.ADD, (1, 1)))),
-    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), (Ops.SIN, (0,)))),
+    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), ReduceArg(Ops.ADD, (2,)))),
+    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), ReduceArg(Ops.ADD, (1, 1)))),
+    (Ops.REDUCE, "float32[2, 3]", lambda: UOp(Ops.REDUCE, F32, (X,), ReduceArg(Ops.SIN, (0,)))),
     (Ops.INDEX, "float32[3, 2]", lambda: UOp(Ops.INDEX, F32, (X, Y), 0)),
     (Ops.INDEX, "float32[2, 3]", lambda: UOp(Ops.INDEX, F32, (X, XI), 2)),
-    (Ops.SCATTER, "float32[3, 2]", lambda: UOp(Ops.SCATTER, F32, (X, XI, Y), (0, "set"))),
+    (Ops.SCATTER, "float32[3, 2]", lambda: UOp(Ops.SCATTER, F32, (X, XI, Y), ScatterArg(0, "set"))),
     (Ops.ADD, "float32[3, 2]", lambda: UOp(Ops.ADD, F32, (X, Y))),
     (Ops.ADD, "int32[2, 3]", lambda: UOp(Ops.ADD, F32, (X, XI))),
     (Ops.MUL, "float32[2, 3]", lambda: UOp(Ops.MUL, I32, (X, X))),
@@ -210,8 +236,8 @@ BAD = [
     (Ops.SHL, "float32[2, 3]", lambda: UOp(Ops.SHL, F32, (X, X))),
     (Ops.AND, "float32[2, 3]", lambda: UOp(Ops.AND, F32, (X, X))),
     (Ops.SIN, "int32[2, 3]", lambda: UOp(Ops.SIN, I32, (XI,))),
-    (Ops.IOTA, "", lambda: UOp(Ops.IOTA, I32, (), ((3, 4), 2))),
-    (Ops.IOTA, "", lambda: UOp(Ops.IOTA, F32, (), ((3, 4), 0))),
+    (Ops.IOTA, "", lambda: UOp(Ops.IOTA, I32, (), IotaArg((3, 4), 2))),
+    (Ops.IOTA, "", lambda: UOp(Ops.IOTA, F32, (), IotaArg((3, 4), 0))),
     (Ops.GETTUPLE, "", lambda: UOp(Ops.GETTUPLE, F32, (UOp(Ops.TUPLE, dtypes.bool_, (X,)),), 1)),
 ]
 
@@ -289,7 +315,7 @@ def evaluate_scalar(expr: UOp, assignment: dict[UOp, int]) -> int:
 
 
 def all_assignments(ranges: list[UOp]):
-    for values in itertools.product(*(range(r.arg[1]) for r in ranges)):
+    for values in itertools.product(*(range(r.arg.size) for r in ranges)):
         yield dict(zip(ranges, values))
 
 

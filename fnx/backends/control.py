@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from fnx import dtypes
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops, ParamArg, UOp
 
 Prepare = Callable[[UOp], Callable[[list[np.ndarray]], list[np.ndarray]]]
 
@@ -23,9 +23,9 @@ def operands(node: UOp) -> list[UOp]:
 
 def body_function(node: UOp, body: UOp, avals: list[tuple[tuple[int, ...], dtypes.DType]]) -> UOp:
     """FUNCTION(body, PARAM 0..n-1) for a body of `node` taking values of `avals` (unused slots included)."""
-    tag = node.arg[0] if isinstance(node.arg, tuple) else node.arg
-    params = [UOp(Ops.PARAM, dt, (), (i, shape, None, tag)) for i, (shape, dt) in enumerate(avals)]
-    used = {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == (tag,)}
+    tag = node.binds
+    params = [UOp(Ops.PARAM, dt, (), ParamArg(i, shape, None, tag)) for i, (shape, dt) in enumerate(avals)]
+    used = {p.arg.slot: p for p in body.toposort if p.op is Ops.PARAM and p.arg.tag == tag}
     return UOp(Ops.FUNCTION, dtypes.bool_, (body, *[used.get(i, p) for i, p in enumerate(params)]))
 
 
@@ -50,7 +50,7 @@ def _avals(node: UOp) -> list:
 
 
 def _scan(node: UOp, inputs: list[np.ndarray], prepare: Prepare) -> list[np.ndarray]:
-    _, ncarry, length, reverse, nxs = node.arg
+    ncarry, length, reverse, nxs = node.arg.ncarry, node.arg.length, node.arg.reverse, node.arg.nxs
     carry, xs, free = inputs[:ncarry], inputs[ncarry:ncarry + nxs], inputs[ncarry + nxs:]
     body = node.src[0]
     step_avals = [(u.shape, u.dtype) for u in operands(node)]

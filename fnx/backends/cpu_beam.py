@@ -32,10 +32,10 @@ class KernelTimer:
     def _allocate(self, kernel: Kernel) -> None:
         """Random host buffers for the kernel's arguments that have none yet, or too small a one (PACK's panels
         come last, and their size depends on the schedule)."""
-        params = {u.arg[0]: u for u in kernel.sink.toposort if u.op is Ops.PARAM}
+        params = {u.arg.slot: u for u in kernel.sink.toposort if u.op is Ops.PARAM}
         self.buffers += [np.zeros(1, np.float32)] * (max(len(kernel.args), 1) - len(self.buffers))
         for i, p in params.items():
-            size, dtype = p.arg[1][0], p.dtype
+            size, dtype = p.arg.shape[0], p.dtype
             if self.buffers[i].size >= size and self.buffers[i].dtype == dtype.np: continue
             host = self.rng.standard_normal(size) if dtype.is_float else self.rng.integers(0, 2, size)
             self.buffers[i] = np.ascontiguousarray(host.astype(dtype.np))
@@ -49,7 +49,7 @@ class KernelTimer:
         for k in kernels:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * max(len(k.args), 1)), ctypes.c_int64, ctypes.c_int64)
             func = proto(engine.get_function_address(k.name))
-            outer = k.ranges[k.thread_range].arg[1] if k.thread_range >= 0 else 1
+            outer = k.ranges[k.thread_range].arg.size if k.thread_range >= 0 else 1
             args = [self.buffers[i].ctypes.data for i in range(max(len(k.args), 1))]
             launches.append((func, args, outer, k.thread_range >= 0))
         best = float("inf")

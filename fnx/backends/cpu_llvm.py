@@ -262,7 +262,7 @@ class CPUExecutable(Executable):
                 self.launches.append((kernel, None, None, None, ()))
                 self.items.append(self._host_item(kernel))
                 continue
-            outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
+            outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
             step = -(-outer // threads) if kernel.thread_range >= 0 else outer
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
@@ -304,7 +304,7 @@ class CPUExecutable(Executable):
     def _device_of(self, kernel) -> str:
         """The device a kernel computes for: its output buffer's (after a COPY, the COPY's device). The cpu
         devices share one address space, so this executable's threads run it."""
-        out = kernel.args[kernel.sink.src[0].src[0].arg[0]]
+        out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
         return self.buffers[out].device or self.device
 
     def _host_item(self, step: HostStep):
@@ -428,7 +428,7 @@ class CPUExecutable(Executable):
                 func(*values, *chunks[0])
                 for job in jobs: job.result()
             if debug:
-                detail = f" {kernel.name} loops={[r.arg[1] for r in kernel.ranges + kernel.reduce_ranges]}" \
+                detail = f" {kernel.name} loops={[r.arg.size for r in kernel.ranges + kernel.reduce_ranges]}" \
                     if debug >= 2 else ""
                 print(f"fnx: kernel{detail} {1e6 * (time.perf_counter() - start):.1f} us")
 

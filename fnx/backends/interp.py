@@ -16,7 +16,7 @@ from fnx.uop import GroupOp, Ops, UOp
 
 def evaluate(u: UOp, values: dict[UOp, np.ndarray]) -> np.ndarray:
     """The value of one node given the values of its sources."""
-    if u.op is Ops.BUFFER: return u.arg[0].numpy(u.shape)
+    if u.op is Ops.BUFFER: return u.arg.buffer.numpy(u.shape)
     if u.op is Ops.TUPLE: return tuple(values[s] for s in u.src)
     if u.op is Ops.GETTUPLE: return values[u.src[0]][u.arg]
     if u.op is Ops.FUNCTION: return run(u, [values[s] for s in u.src[1:]])
@@ -31,7 +31,7 @@ def run(fn: UOp, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     values: dict[UOp, np.ndarray] = {}
     body = inline_calls(fn.src[0])
     for u in body.graph:
-        values[u] = np.asarray(args[u.arg[0]]).reshape(u.shape) if u.op is Ops.PARAM else evaluate(u, values)
+        values[u] = np.asarray(args[u.arg.slot]).reshape(u.shape) if u.op is Ops.PARAM else evaluate(u, values)
     return values[body]
 
 

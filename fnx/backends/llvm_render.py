@@ -65,7 +65,7 @@ def is_half(d: DType) -> bool:
 
 def rounds(u: UOp) -> bool:
     """Whether u's float32 register must be rounded to its 16-bit dtype before another op reads it."""
-    return is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg[0] is Ops.MAX)
+    return is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg.op is Ops.MAX)
 
 
 class Renderer:
@@ -81,7 +81,7 @@ class Renderer:
         self.loops: dict[UOp, tuple] = {}
         self.acc: dict[UOp, str] = {}
         self.lanes = set(kernel.lanes)
-        self.W = kernel.lanes[0].arg[1] if kernel.lanes else 0
+        self.W = kernel.lanes[0].arg.size if kernel.lanes else 0
         deps = range_deps(kernel.sink)
         self.vec = {u: not self.lanes.isdisjoint(d) for u, d in deps.items()}
         self.w = 0   # the vector width of the node being rendered (0: scalar)
@@ -131,7 +131,7 @@ class Renderer:
     # ---- values ----
     def value(self, u: UOp) -> str:
         """u's register, as a vector when the node being rendered is one."""
-        if u.op is Ops.CONST: return self.c(u.arg[0], u.dtype)
+        if u.op is Ops.CONST: return self.c(u.arg.value, u.dtype)
         if u.op is Ops.RANGE and u in self.lanes:
             return "<" + ", ".join(f"i64 {i}" for i in range(self.W)) + ">" if self.w else "0"
         name = self.names[u]
@@ -139,9 +139,9 @@ class Renderer:
 
     def render(self) -> str:
         k = self.kernel
-        params = sorted({u.arg[0]: u for u in k.sink.toposort if u.op is Ops.PARAM}.items())
+        params = sorted({u.arg.slot: u for u in k.sink.toposort if u.op is Ops.PARAM}.items())
         nargs = max(len(k.args), 1)
-        for _, p in params: self.names[p] = f"%buf{p.arg[0]}"
+        for _, p in params: self.names[p] = f"%buf{p.arg.slot}"
         sig = ", ".join(f"ptr noalias %buf{i}" for i in range(nargs))
         self.body.append(f"define void @{k.name}({sig}, i64 %start, i64 %end) #0 {{")
         self.label("entry")
@@ -154,9 +154,9 @@ class Renderer:
 
     # ---- loops ----
     def line_open(self, r: UOp) -> None:
-        i = r.arg[0]
+        i = r.arg.number
         threaded = self.kernel.thread_range >= 0 and self.kernel.ranges[self.kernel.thread_range] is r
-        lo, hi = ("%start", "%end") if threaded else ("0", str(r.arg[1]))
+        lo, hi = ("%start", "%end") if threaded else ("0", str(r.arg.size))
         pre = self.block
         guard = self.emit(f"icmp slt i64 {lo}, {hi}")
         self.body.append(f"  br i1 {guard}, label %L{i}, label %X{i}")
@@ -173,7 +173,7 @@ class Renderer:
         self.loops[r] = (pre, hi, phis)
 
     def line_close(self, r: UOp) -> None:
-        i, (pre, hi, phis) = r.arg[0], self.loops[r]
+        i, (pre, hi, phis) = r.arg.number, self.loops[r]
         self.body.append(f"  %r{i}.next = add nsw i64 %r{i}, 1")
         cont = self.emit(f"icmp slt i64 %r{i}.next, {hi}")
         latch = self.block
@@ -190,7 +190,7 @@ class Renderer:
 
     def line_acc_init(self, red: UOp) -> None:
         self.w = self.W if self.vec.get(red.src[0]) else 0
-        self.acc[red] = self.c(reduce_identity(red.arg[0], red.dtype), red.dtype)
+        self.acc[red] = self.c(reduce_identity(red.arg.op, red.dtype), red.dtype)
 
     def line_acc_update(self, red: UOp) -> None:
         # reassociation lets LLVM keep partial sums in independent registers (like numpy's pairwise sums, the
@@ -198,21 +198,21 @@ class Renderer:
         self.w = self.W if self.vec.get(red.src[0]) else 0
         x = red.src[0]
         # a sum of products: fused multiply-add (not for 16-bit floats, whose product is rounded before the sum)
-        if red.arg[0] is Ops.ADD and x.op is Ops.MUL and red.dtype.is_float and not is_half(red.dtype):
+        if red.arg.op is Ops.ADD and x.op is Ops.MUL and red.dtype.is_float and not is_half(red.dtype):
             t = self.rt(red.dtype)
             self.acc[red] = self.intrinsic(f"llvm.fmuladd.{self.sfx(reg_type(red.dtype))}", t,
                                            [self.value(x.src[0]), self.value(x.src[1]), self.acc[red]], [t, t, t])
             return
         # a level of a blocked sum (optimize.block_sums) adds its inner level's sum as it is: reassociating would
         # let LLVM fold an unrolled inner level back into one long chain of additions
-        self.acc[red] = self.alu(red.arg[0], red.dtype, [self.acc[red], self.value(x)], red.dtype,
+        self.acc[red] = self.alu(red.arg.op, red.dtype, [self.acc[red], self.value(x)], red.dtype,
                                  flags=" nsz" if x.op is Ops.REDUCE else " reassoc nsz")
 
     def finish_reduce(self, red: UOp) -> str:
         """The REDUCE's value: its accumulator, reduced across lanes when the lane range is one of its ranges."""
         acc = self.acc[red]
         if not (self.vec.get(red.src[0]) and not self.lanes.isdisjoint(red.src[1:])): return acc
-        d, op, s = red.dtype, red.arg[0], reg_type(red.dtype)
+        d, op, s = red.dtype, red.arg.op, reg_type(red.dtype)
         self.w = self.W
         vt, suffix = self.vt(s), self.sfx(s)
         if d.is_float and op is Ops.ADD:

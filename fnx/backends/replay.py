@@ -35,8 +35,8 @@ class ReplayExecutable(Executable):
                 self.steps[kernel.name] = kernel
                 self.items.append(HostCall(kernel.name, self.device, tuple(kernel.inputs), tuple(kernel.outputs)))
             else:
-                outer = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
-                out = kernel.args[kernel.sink.src[0].src[0].arg[0]]
+                outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
+                out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
                 self.items.append(Launch(kernel.name, self.buffers[out].device or self.device, tuple(kernel.args),
                                          (0, outer)))
         check_platform(self.items, self.device)

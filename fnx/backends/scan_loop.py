@@ -34,7 +34,7 @@ class ScanProgram:
         self.driver = proto(self.engine.get_function_address("scan_driver"))
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        _, ncarry, length, reverse, nxs = self.node.arg
+        ncarry, length, nxs = self.node.arg.ncarry, self.node.arg.length, self.node.arg.nxs
         body, schedule = self.node.src[0], self.lowering.schedule
         carry = [np.array(c, copy=True).reshape(-1) for c in inputs[:ncarry]]
         other = [np.empty_like(c) for c in carry]
@@ -55,7 +55,7 @@ class ScanProgram:
 
 def compile_scan(node: UOp, compiler) -> ScanProgram | None:
     """The native loop for SCAN `node`, or None when its body needs the host loop (module docstring)."""
-    _, ncarry, length, reverse, nxs = node.arg
+    ncarry, reverse, nxs = node.arg.ncarry, node.arg.reverse, node.arg.nxs
     ops = operands(node)
     avals = [(u.shape, u.dtype) for u in ops]
     avals = avals[:ncarry] + [(shape[1:], dt) for shape, dt in avals[ncarry:ncarry + nxs]] + avals[ncarry + nxs:]
@@ -111,7 +111,7 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
         for a, b in enumerate(kernel.args or [0]):
             lines.append(f"  %p{n}_{a} = inttoptr i64 {address[b] if kernel.args else 0} to ptr")
             args.append(f"ptr %p{n}_{a}")
-        end = kernel.ranges[kernel.thread_range].arg[1] if kernel.thread_range >= 0 else 1
+        end = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
         lines.append(f"  call void @{kernel.name}({', '.join(args)}, i64 0, i64 {end})")
     lines += ["  %t.next = add i64 %t, 1", "  %more = icmp slt i64 %t.next, %length",
               "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"]

@@ -13,11 +13,11 @@ def type_str(u: UOp) -> str:
 
 
 def _arg_str(u: UOp) -> str:
-    if u.op is Ops.REDUCE: return f"{u.arg[0].name.lower()} axes={u.arg[1]}"
+    if u.op is Ops.REDUCE: return f"{u.arg.op.name.lower()} axes={u.arg.axes}"
     if u.op is Ops.FLIP: return f"axes={tuple(i for i, f in enumerate(u.arg) if f)}"
     if u.op is Ops.INDEX: return f"axis={u.arg}"
-    if u.op is Ops.SCATTER: return f"axis={u.arg[0]} mode={u.arg[1]}"
-    if u.op is Ops.IOTA: return f"axis={u.arg[1]}"
+    if u.op is Ops.SCATTER: return f"axis={u.arg.axis} mode={u.arg.mode}"
+    if u.op is Ops.IOTA: return f"axis={u.arg.axis}"
     if u.op in GroupOp.Movement: return str(u.arg)
     if u.op is Ops.COPY: return str(u.arg)
     return ""
@@ -34,8 +34,8 @@ def format_function(fn: UOp, name: str = "function") -> str:
     """A FUNCTION as text: its PARAMs, one line per node, and the returned tuple."""
     body = fn.src[0] if fn.op is Ops.FUNCTION else fn
     params = list(fn.src[1:]) if fn.op is Ops.FUNCTION and all(p.op is Ops.PARAM for p in fn.src[1:]) else \
-        sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
-    names: dict[UOp, str] = {p: f"p{p.arg[0]}" for p in params}
+        sorted((u for u in body.toposort if u.op is Ops.PARAM), key=lambda p: p.arg.slot)
+    names: dict[UOp, str] = {p: f"p{p.arg.slot}" for p in params}
     lines = [f"{name}({', '.join(f'{names[p]}: {type_str(p)}' for p in params)}):"]
     for u in body.graph:
         if u in names or u is body: continue
@@ -50,11 +50,11 @@ def format_function(fn: UOp, name: str = "function") -> str:
             lines.append(f"  {names[u]}: {type_str(u)} = {names[u.src[0]]}[{u.arg}]")
             continue
         if u.op is Ops.CONST and u.shape == ():
-            names[u] = repr(u.arg[0])
+            names[u] = repr(u.arg.value)
             continue
         names[u] = f"v{len(names) - len(params)}"
         operands = " ".join(names[s] for s in u.src)
-        detail = repr(u.arg[0]) if u.op is Ops.CONST else _arg_str(u)
+        detail = repr(u.arg.value) if u.op is Ops.CONST else _arg_str(u)
         dtype = f" to {u.dtype.name}" if u.op in (Ops.CAST, Ops.BITCAST) else ""
         text = " ".join(part for part in (f"{u.op.name.lower()}{dtype}", operands, detail) if part)
         lines.append(f"  {names[u]}: {type_str(u)} = {text}")

@@ -101,7 +101,7 @@ def _loop_iterations(kernel: Kernel):
             if r in owner: todo.extend(deps[owner[r]])
         innermost = max((position[r] for r in open_loops if r in position), default=-1)
         open_loops.update(kernel.ranges[:innermost + 1])
-        return math.prod(r.arg[1] for r in open_loops)
+        return math.prod(r.arg.size for r in open_loops)
 
     return lambda u: iterations(deps[u] | set(u.src[1:])) if u.op is Ops.REDUCE else iterations(deps[u])
 
@@ -126,7 +126,7 @@ def kernel_flops(kernel: Kernel) -> int:
     runs = _loop_iterations(kernel)
     total = 0
     for u in _value_nodes(kernel):
-        weight = op_flops(u.arg[0]) if u.op is Ops.REDUCE else op_flops(u.op)
+        weight = op_flops(u.arg.op) if u.op is Ops.REDUCE else op_flops(u.op)
         if weight: total += weight * runs(u)
     return total
 
@@ -138,7 +138,7 @@ def kernel_bytes(kernel: Kernel) -> int:
     for u in kernel.sink.toposort:
         if u.op not in (Ops.LOAD, Ops.STORE): continue
         buf, index = u.src[0], u.src[1]
-        elements = min(buf.arg[1][0], math.prod(r.arg[1] for r in _ranges_in(index)))
+        elements = min(buf.arg.shape[0], math.prod(r.arg.size for r in _ranges_in(index)))
         seen = loaded if u.op is Ops.LOAD else stored
         seen[buf] = max(seen.get(buf, 0), elements)
     return sum(b.dtype.itemsize * n for seen in (loaded, stored) for b, n in seen.items())

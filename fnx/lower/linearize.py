@@ -102,18 +102,18 @@ def format_linear(lines: Linear) -> str:
     for what, u in lines:
         if what == "close":
             depth -= 1
-            out.append("  " * depth + f"end r{u.arg[0]}")
+            out.append("  " * depth + f"end r{u.arg.number}")
             continue
-        names.setdefault(u, f"r{u.arg[0]}" if u.op is Ops.RANGE else f"%{len(names)}")
+        names.setdefault(u, f"r{u.arg.number}" if u.op is Ops.RANGE else f"%{len(names)}")
         if what == "open":
-            out.append("  " * depth + f"for r{u.arg[0]} in range({u.arg[1]}):")
+            out.append("  " * depth + f"for r{u.arg.number} in range({u.arg.size}):")
             depth += 1
             continue
         if what in ("acc_init", "acc_update"):
-            out.append("  " * depth + f"{what} {names[u]} {u.arg[0].name.lower()}" +
+            out.append("  " * depth + f"{what} {names[u]} {u.arg.op.name.lower()}" +
                        (f" {names.get(u.src[0], '?')}" if what == "acc_update" else ""))
             continue
-        args = " ".join(names.get(s, f"r{s.arg[0]}" if s.op is Ops.RANGE else "?") for s in u.src)
-        extra = f" {u.arg[0]!r}" if u.op is Ops.CONST else f" {u.arg[0].name.lower()}" if u.op is Ops.REDUCE else ""
+        args = " ".join(names.get(s, f"r{s.arg.number}" if s.op is Ops.RANGE else "?") for s in u.src)
+        extra = f" {u.arg.value!r}" if u.op is Ops.CONST else f" {u.arg.op.name.lower()}" if u.op is Ops.REDUCE else ""
         out.append("  " * depth + f"{names[u]} = {u.op.name.lower()} {u.dtype.name} {args}{extra}".rstrip())
     return "\n".join(out)

@@ -79,7 +79,7 @@ def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
 
 def _accesses(kernel: Kernel, op: Ops) -> list:
     """(schedule buffer id, access UOp) of every LOAD or STORE in the kernel."""
-    return [(kernel.args[u.src[0].arg[0]], u) for u in kernel.sink.toposort if u.op is op]
+    return [(kernel.args[u.src[0].arg.slot], u) for u in kernel.sink.toposort if u.op is op]
 
 
 def _reads(step) -> set[int]:

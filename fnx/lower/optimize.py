@@ -42,7 +42,7 @@ from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.lower.target import Target
 from fnx.rewrite import substitute
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops, ParamArg, RangeArg, UOp
 
 MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
 
@@ -74,7 +74,7 @@ def _same(u: UOp, src: tuple) -> UOp:
 
 
 def _next_id(k: Kernel) -> int:
-    return 1 + max((u.arg[0] for u in k.sink.toposort if u.op is Ops.RANGE), default=-1)
+    return 1 + max((u.arg.number for u in k.sink.toposort if u.op is Ops.RANGE), default=-1)
 
 
 def _and(gate: UOp | None, valid: UOp) -> UOp:
@@ -83,9 +83,10 @@ def _and(gate: UOp | None, valid: UOp) -> UOp:
 
 def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
     """Split loop r into outer * amount + inner; a remainder is masked (gates on loads/stores, identity in reduces)."""
-    n = r.arg[1]
+    n = r.arg.size
     nid = _next_id(k)
-    outer, inner = UOp(Ops.RANGE, INDEX, (), (nid, -(-n // amount))), UOp(Ops.RANGE, INDEX, (), (nid + 1, amount))
+    outer = UOp(Ops.RANGE, INDEX, (), RangeArg(nid, -(-n // amount)))
+    inner = UOp(Ops.RANGE, INDEX, (), RangeArg(nid + 1, amount))
     idx = outer * amount + inner
     valid = idx < n if n % amount else None
 
@@ -93,7 +94,7 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
         if u is r: return idx
         if u.op is Ops.REDUCE and r in u.src[1:]:
             x = src[0]
-            if valid is not None: x = valid.alu(Ops.WHERE, x, UOp.const(u.dtype, reduce_identity(u.arg[0], u.dtype)))
+            if valid is not None: x = valid.alu(Ops.WHERE, x, UOp.const(u.dtype, reduce_identity(u.arg.op, u.dtype)))
             ranges = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
             return UOp(Ops.REDUCE, u.dtype, (x, *ranges), u.arg)
         out = _same(u, src)
@@ -113,7 +114,7 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
 
 def _unroll_output(k: Kernel, inner: UOp) -> Kernel:
     """One copy of every store per value of `inner`."""
-    stores = [simplify_kernel(_substitute_range(st, inner, i)) for i in range(inner.arg[1]) for st in k.sink.src]
+    stores = [simplify_kernel(_substitute_range(st, inner, i)) for i in range(inner.arg.size) for st in k.sink.src]
     sink = UOp(Ops.SINK, dtypes.bool_, tuple(dict.fromkeys(stores)))
     return replace(k, sink=sink, ranges=[r for r in k.ranges if r is not inner])
 
@@ -122,9 +123,9 @@ def _unroll_reduce(k: Kernel, inner: UOp) -> Kernel:
     """REDUCE over (..., inner) becomes REDUCE over (...) of the combined copies of its input."""
     def fn(u: UOp, src: tuple) -> UOp:
         if u.op is Ops.REDUCE and inner in u.src[1:]:
-            copies = [_substitute_range(src[0], inner, i) for i in range(inner.arg[1])]
+            copies = [_substitute_range(src[0], inner, i) for i in range(inner.arg.size)]
             while len(copies) > 1:  # a balanced tree keeps the dependency chain short
-                copies = [copies[j].alu(u.arg[0], copies[j + 1]) if j + 1 < len(copies) else copies[j]
+                copies = [copies[j].alu(u.arg.op, copies[j + 1]) if j + 1 < len(copies) else copies[j]
                           for j in range(0, len(copies), 2)]
             rest = tuple(s for s in u.src[1:] if s is not inner)
             return UOp(Ops.REDUCE, u.dtype, (copies[0], *rest), u.arg) if rest else copies[0]
@@ -156,15 +157,15 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
         if (red.op is not Ops.REDUCE or r not in red.src[1:] or len(st.src) != 3
                 or (red.dtype.is_float and red.dtype.itemsize == 2)):  # 16-bit floats accumulate in float32 registers
             raise OptError("ACCUMULATE: every store must write a reduction over the loop")
-        if red.arg[0] is Ops.ADD and red.dtype.is_float and r.arg[1] > FLAT_SUM_MAX:
+        if red.arg.op is Ops.ADD and red.dtype.is_float and r.arg.size > FLAT_SUM_MAX:
             # each pass adds into the output in a row, where block_sums cannot block them
-            raise OptError(f"ACCUMULATE: {r.arg[1]} passes of a float sum (at most {FLAT_SUM_MAX})")
+            raise OptError(f"ACCUMULATE: {r.arg.size} passes of a float sum (at most {FLAT_SUM_MAX})")
         rest = tuple(x for x in red.src[1:] if x is not r)
         part = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
         old = UOp(Ops.LOAD, red.dtype, (st.src[0], st.src[1]))
-        stores.append(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], old.alu(red.arg[0], part))))
+        stores.append(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], old.alu(red.arg.op, part))))
     init = tuple(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], UOp.const(st.src[2].dtype, reduce_identity(
-        st.src[2].arg[0], st.src[2].dtype)))) for st in k.sink.src)
+        st.src[2].arg.op, st.src[2].dtype)))) for st in k.sink.src)
     init_kernel = Kernel(f"{k.name}_init", UOp(Ops.SINK, dtypes.bool_, init), k.args, list(k.ranges), [])
     return replace(k, sink=UOp(Ops.SINK, dtypes.bool_, tuple(stores)), ranges=[r] + k.ranges,
                    reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(init_kernel, frozenset((r,))))
@@ -176,7 +177,7 @@ def _operand(k: Kernel, axis: int) -> UOp | None:
     if not 0 <= axis < len(k.ranges) or len(k.reduce_ranges) != 1: return None
     n, red = k.ranges[axis], k.reduce_ranges[0]
     reductions = [u for u in k.sink.toposort if u.op is Ops.REDUCE]
-    if len(reductions) != 1 or reductions[0].arg[0] is not Ops.ADD: return None
+    if len(reductions) != 1 or reductions[0].arg.op is not Ops.ADD: return None
     body = reductions[0].src[0]
     while body.op is Ops.CAST: body = body.src[0]
     if body.op is not Ops.MUL: return None
@@ -193,15 +194,15 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
     if (b := _operand(k, opt.axis)) is None:
         raise OptError(f"{opt}: no factor of a product walks loop {opt.axis} and the reduce loop alone")
     n, red, width = k.ranges[opt.axis], k.reduce_ranges[0], opt.amount
-    if not 2 <= width <= n.arg[1]: raise OptError(f"{opt}: amount must be in [2, {n.arg[1]}]")
-    n_panels, depth = -(-n.arg[1] // width), red.arg[1]
+    if not 2 <= width <= n.arg.size: raise OptError(f"{opt}: amount must be in [2, {n.arg.size}]")
+    n_panels, depth = -(-n.arg.size // width), red.arg.size
     size, pos = n_panels * width * depth, len(k.args)
-    panels = UOp(Ops.PARAM, b.dtype, (), (pos, (size,), None))
-    jo, kk, p = (UOp(Ops.RANGE, INDEX, (), (i, s)) for i, s in enumerate((n_panels, depth, width)))
+    panels = UOp(Ops.PARAM, b.dtype, (), ParamArg(pos, (size,), None))
+    jo, kk, p = (UOp(Ops.RANGE, INDEX, (), RangeArg(i, s)) for i, s in enumerate((n_panels, depth, width)))
     column = jo * width + p
     value = substitute(b, {n: column, red: kk})
-    if n.arg[1] % width:  # the last panel is padded with zeros, and no load reads past the operand's columns
-        valid = column < n.arg[1]
+    if n.arg.size % width:  # the last panel is padded with zeros, and no load reads past the operand's columns
+        valid = column < n.arg.size
 
         def gate(u: UOp, src: tuple) -> UOp:
             out = _same(u, src)
@@ -243,11 +244,11 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     if k.thread_range >= 0 and opt.axis == k.thread_range:
         raise OptError(f"{opt}: the loop is split across threads")
     amount = opt.amount
-    most = 2 * r.arg[1] - 1 if opt.op == "VECTORIZE" else r.arg[1]  # lanes may overhang the loop (masked)
+    most = 2 * r.arg.size - 1 if opt.op == "VECTORIZE" else r.arg.size  # lanes may overhang the loop (masked)
     if amount < 2 or amount > most: raise OptError(f"{opt}: amount must be in [2, {most}]")
     if opt.op == "VECTORIZE":
-        if k.lanes and k.lanes[0].arg[1] != amount:
-            raise OptError(f"{opt}: the kernel's lanes are {k.lanes[0].arg[1]} wide")
+        if k.lanes and k.lanes[0].arg.size != amount:
+            raise OptError(f"{opt}: the kernel's lanes are {k.lanes[0].arg.size} wide")
         if not k.parallel or _store_buffers_read(k): raise OptError(f"{opt}: iterations are not independent")
         k, _, inner = _split(k, r, amount)
         deps = [d for u, d in range_deps(k.sink).items() if u.op is not Ops.SINK]  # (the SINK joins every store)
@@ -256,13 +257,13 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
         k = replace(k, ranges=[x for x in k.ranges if x is not inner],
                     reduce_ranges=[x for x in k.reduce_ranges if x is not inner], lanes=k.lanes + (inner,))
     elif opt.op == "SPLIT":
-        if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
+        if r.arg.size % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg.size}")
         k, _, _ = _split(k, r, amount)
     elif opt.op in ("UPCAST", "UNROLL"):
         if (opt.op == "UPCAST") != is_output: raise OptError(f"{opt}: wrong kind of loop")
         if opt.op == "UNROLL" and any(r in d for u, d in range_deps(k.sink).items() if u.op is Ops.STORE):
             raise OptError(f"{opt}: a store runs inside this reduce loop (a stash)")
-        if r.arg[1] % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg[1]}")
+        if r.arg.size % amount: raise OptError(f"{opt}: {amount} does not divide {r.arg.size}")
         if opt.op == "UPCAST" and (not k.parallel or _store_buffers_read(k)):
             raise OptError(f"{opt}: iterations are not independent")
         k, _, inner = _split(k, r, amount)
@@ -273,7 +274,7 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
 
 
 def devectorize(k: Kernel) -> Kernel:
-    """Loads and stores whose index moves one element per lane become vector accesses (arg = lane count)."""
+    """Loads and stores whose index moves one element per lane become vector accesses (arg = the lane RANGE)."""
     if not k.lanes: return k
 
     def fn(u: UOp, src: tuple) -> UOp:
@@ -304,8 +305,8 @@ def _loops(k: Kernel, red: UOp) -> tuple[UOp, ...]:
 
 
 def _long_float_sum(k: Kernel, u: UOp) -> bool:
-    return (u.op is Ops.REDUCE and u.arg[0] is Ops.ADD and u.dtype.is_float
-            and math.prod(r.arg[1] for r in _loops(k, u)) > FLAT_SUM_MAX)
+    return (u.op is Ops.REDUCE and u.arg.op is Ops.ADD and u.dtype.is_float
+            and math.prod(r.arg.size for r in _loops(k, u)) > FLAT_SUM_MAX)
 
 
 def _inner_level(loops: tuple[UOp, ...], block: int) -> tuple[int, int]:
@@ -313,7 +314,7 @@ def _inner_level(loops: tuple[UOp, ...], block: int) -> tuple[int, int]:
     (i, d) when loop i must first be split by d (its inner d iterations close the level)."""
     size = 1
     for i in range(len(loops) - 1, -1, -1):
-        n = loops[i].arg[1]
+        n = loops[i].arg.size
         if size * n <= block:
             size *= n
             continue
@@ -350,7 +351,7 @@ def block_sums(k: Kernel) -> Kernel:
         loops = _loops(k, red)
         accumulators = sum(1 for u in k.sink.toposort if u.op is Ops.REDUCE and _loops(k, u) == loops)
         block = SUM_BLOCK_WIDE if accumulators >= WIDE_NEST else SUM_BLOCK
-        while math.prod(r.arg[1] for r in loops) > block:
+        while math.prod(r.arg.size for r in loops) > block:
             i, d = _inner_level(loops, block)
             if d:
                 k, outer, inner = _split(k, loops[i], d)
@@ -417,7 +418,7 @@ PACK_REUSE = 512     # rows that read B's panels: from here packing B costs unde
 
 def _rows(k: Kernel) -> int:
     """How many times a matmul-like kernel reads B: the iterations of its output loops outside the last."""
-    return math.prod(r.arg[1] for r in k.ranges[:-1])
+    return math.prod(r.arg.size for r in k.ranges[:-1])
 
 
 def _transposed_operand(k: Kernel) -> UOp | None:
@@ -453,7 +454,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
         red, inner = k.reduce_ranges[0], k.ranges[-1]
         some = next(u for u in b.toposort if u.op is Ops.LOAD)
-        row_major = UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg[1] + inner))
+        row_major = UOp(Ops.LOAD, b.dtype, (some.src[0], red * inner.arg.size + inner))
         plain = replace(k, sink=substitute(k.sink, {b: row_major}))
         opts = heuristic_opts(plain, target, packed=True)
         if any(o.op == "PACK" for o in opts): return opts
@@ -471,21 +472,21 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
     matmul = (red is not None and len(stores) == 1 and store_unit
               and all(any(_stride(ld.src[1], inner) == 1 and _stride(ld.src[1], r) not in (0, 1) for ld in loads)
                       for r in k.reduce_ranges))
-    narrow = [a for a, r in enumerate(k.ranges[:-1]) if r.arg[1] >= w and any(
+    narrow = [a for a, r in enumerate(k.ranges[:-1]) if r.arg.size >= w and any(
         _stride(ld.src[1], r) == 1 and _stride(ld.src[1], red) not in (None, 0) for ld in loads)] if matmul else []
-    if matmul and inner.arg[1] < w and narrow and len(k.reduce_ranges) == 1:
+    if matmul and inner.arg.size < w and narrow and len(k.reduce_ranges) == 1:
         # a product with few columns (h.T @ g with 10 classes) whose A walks another output loop contiguously:
         # lanes there and every column unrolled, so A's elementwise producers compute in vectors instead of
         # once per element and broadcast (the W4 step's dW2: 1.92 -> 1.85 ms); the store scatters, once per output
         opts.append(Opt("VECTORIZE", narrow[-1], w))
-        if inner.arg[1] > 1: opts.append(Opt("UPCAST", len(k.ranges) - 1, inner.arg[1]))
+        if inner.arg.size > 1: opts.append(Opt("UPCAST", len(k.ranges) - 1, inner.arg.size))
         thread_axis = 0
-    elif matmul and inner.arg[1] >= 8:
+    elif matmul and inner.arg.size >= 8:
         n_out = len(k.ranges)
-        slab = red.arg[1] * inner.arg[1] * stores[0].src[2].dtype.itemsize
-        kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg[1] % d == 0), default=0)
+        slab = red.arg.size * inner.arg.size * stores[0].src[2].dtype.itemsize
+        kc = max((d for d in range(ACC_K // 4, ACC_K + 1) if red.arg.size % d == 0), default=0)
         # B's k x n slab over half of L2 (beside A's rows and the output) does not stay there: split it in k
-        if (slab > target.l2_bytes // 2 and kc and kc < red.arg[1] <= kc * FLAT_SUM_MAX
+        if (slab > target.l2_bytes // 2 and kc and kc < red.arg.size <= kc * FLAT_SUM_MAX
                 and stores[0].src[2].op is Ops.REDUCE
                 and len(k.reduce_ranges) == 1):  # (more k-slabs would add into the output too many times in a row)
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
@@ -496,15 +497,15 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # from contiguous panels (PACK) without k-slabs: four vectors a row, four rows (dW1 of the W4 step: the
         # step 2.11 -> 1.87 ms); with k-slabs that loses (1024²: 338 vs 351 GFLOP/s)
         pack = packed or _rows(k) >= PACK_REUSE
-        if thread_axis and inner.arg[1] % (2 * w) == 0: w *= 2
-        elif pack and inner.arg[1] % (4 * w) == 0 and lane_bytes == 4 and _block_rows(target, 4) >= 4: w *= 4
-        elif inner.arg[1] < w: w = 1 << (inner.arg[1] - 1).bit_length()  # one masked vector per row
+        if thread_axis and inner.arg.size % (2 * w) == 0: w *= 2
+        elif pack and inner.arg.size % (4 * w) == 0 and lane_bytes == 4 and _block_rows(target, 4) >= 4: w *= 4
+        elif inner.arg.size < w: w = 1 << (inner.arg.size - 1).bit_length()  # one masked vector per row
         opts.append(Opt("VECTORIZE", n_out - 1, w))
         if n_out - thread_axis >= 2:
             vectors = -(-w * lane_bytes // target.vector_bytes)  # registers a row of the block accumulates in
-            up = _largest_divisor(k.ranges[-2].arg[1], _block_rows(target, vectors))
+            up = _largest_divisor(k.ranges[-2].arg.size, _block_rows(target, vectors))
             if up > 1: opts.append(Opt("UPCAST", n_out - 2, up))
-            panels = -(-inner.arg[1] // w)
+            panels = -(-inner.arg.size // w)
             block = _column_block(target, w * stores[0].src[2].dtype.itemsize)
             if thread_axis and 2 <= block < panels and panels % block == 0:
                 # column blocks: the k-slab of B for `block` panels stays in L2 while every row block walks it
@@ -516,13 +517,13 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
         # layernorm: each reduction and the elementwise pass over the row are vectorized)
         wanted = [len(k.ranges) + i for i, r in enumerate(k.reduce_ranges)
-                  if r.arg[1] >= w and any(_stride(ld.src[1], r) == 1 for ld in loads)]
-        if not wanted and red is not None and store_unit and inner.arg[1] >= w:
+                  if r.arg.size >= w and any(_stride(ld.src[1], r) == 1 for ld in loads)]
+        if not wanted and red is not None and store_unit and inner.arg.size >= w:
             wanted = []  # a strided reduction: lanes along the output
         gathers = any(_stride(ld.src[1], inner) not in (0, 1) for ld in loads) if inner is not None else True
-        if store_unit and inner.arg[1] >= 4 and not (k.reduce_ranges and gathers):
+        if store_unit and inner.arg.size >= 4 and not (k.reduce_ranges and gathers):
             wanted.append(len(k.ranges) - 1)  # (lanes whose reduction loop gathers every load lose to scalar code)
-        if not any(a >= len(k.ranges) for a in wanted) and store_unit: w = min(w, inner.arg[1])
+        if not any(a >= len(k.ranges) for a in wanted) and store_unit: w = min(w, inner.arg.size)
         probe = k
         for axis in wanted:
             try:
@@ -549,7 +550,7 @@ def _threadable(k: Kernel, opts: list[Opt], axis: int) -> bool:
 
 def _output_loop_sizes(k: Kernel, opts: list[Opt]) -> list[int]:
     """The output loops' sizes after `opts` (worked out without rewriting the kernel's graph)."""
-    out, red = [r.arg[1] for r in k.ranges], [r.arg[1] for r in k.reduce_ranges]
+    out, red = [r.arg.size for r in k.ranges], [r.arg.size for r in k.reduce_ranges]
     for o in opts:
         sizes, i = (out, o.axis) if o.axis < len(out) else (red, o.axis - len(out))
         if o.op in ("VECTORIZE", "UPCAST", "UNROLL"): sizes[i] = -(-sizes[i] // o.amount)
@@ -601,7 +602,7 @@ def optimize(kernel: Kernel, target: Target, opts: list[Opt] | None = None, new_
     ids = {}
     for p in k.prelude:  # each prelude kernel writes one placeholder buffer
         st = p.sink.src[0]
-        ids[p.args[st.src[0].arg[0]]] = new_buffer(st.src[2].dtype, st.src[0].arg[1][0])
+        ids[p.args[st.src[0].arg.slot]] = new_buffer(st.src[2].dtype, st.src[0].arg.shape[0])
     return [replace(x, args=[ids.get(a, a) for a in x.args]) for x in out]
 
 

@@ -34,7 +34,7 @@ def inline_calls(body: UOp) -> UOp:
     mapping = {}
     for g in calls:
         inner_body, args = g.src[0].src[0], g.src[0].src[1:]
-        params = {p: args[p.arg[0]] for p in inner_body.toposort if p.op is Ops.PARAM and p.arg[3:] == _tag(g)}
+        params = {p: args[p.arg.slot] for p in inner_body.toposort if p.op is Ops.PARAM and p.arg.tag == _tag(g)}
         mapping[g] = substitute(inner_body.src[g.arg], params)
     return inline_calls(substitute(body, mapping))
 
@@ -75,17 +75,17 @@ class Lowering:
                     f"{plan.planned_bytes} bytes instead of {plan.unplanned_bytes}; buffer -> slot {plan.slot_of}")
         if stage == "rangeify":  # the kernel split, each kernel with its estimated FLOPs and bytes
             return "\n".join(f"{k.name}: {_host_step_text(k)}" if isinstance(k, HostStep) else
-                             f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg[1] for r in k.ranges]} reduce "
-                             f"{[r.arg[1] for r in k.reduce_ranges]}" for k in self.schedule.kernels)
+                             f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg.size for r in k.ranges]} reduce "
+                             f"{[r.arg.size for r in k.reduce_ranges]}" for k in self.schedule.kernels)
         parts = []
         for kernel, lines in self.kernels:
             if lines is None:
                 parts.append(f"{kernel.name}: {_host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
                 continue
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
-                    f"{[r.arg[1] for r in kernel.ranges]} reduce {[r.arg[1] for r in kernel.reduce_ranges]}")
+                    f"{[r.arg.size for r in kernel.ranges]} reduce {[r.arg.size for r in kernel.reduce_ranges]}")
             if stage == "optimize":
-                lanes = f", vector lanes {kernel.lanes[0].arg[1]} x{len(kernel.lanes)}" if kernel.lanes else ""
+                lanes = f", vector lanes {kernel.lanes[0].arg.size} x{len(kernel.lanes)}" if kernel.lanes else ""
                 head += f", actions {list(kernel.opts)}{lanes}, thread-split loop {kernel.thread_range}"
             parts.append(f"{head}\n{format_linear(lines)}" if stage == "linearize" else head)
         return "\n".join(parts)

@@ -34,7 +34,7 @@ from fnx import dtypes
 from fnx.dtypes import DType
 from fnx.lower.cost import _ranges_in, element_flops, kernel_bytes, kernel_flops, recompute_costs_more
 from fnx.lower.symbolic import simplify_kernel
-from fnx.uop import GroupOp, Ops, UOp, postorder
+from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp, postorder
 
 INDEX = dtypes.int64
 FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its consumer: it should still be in cache
@@ -79,8 +79,8 @@ class Kernel:
         loops = {frozenset(deps[u.src[0]] | set(u.src[1:]) & reduce_loops) for u in self.sink.toposort
                  if u.op is Ops.REDUCE}
         nests = [rs for rs in loops if not any(rs < other for other in loops)]  # a level runs inside the next
-        inner = sum(math.prod(r.arg[1] for r in rs) for rs in nests)
-        return math.prod(r.arg[1] for r in self.ranges) * max(inner, 1)
+        inner = sum(math.prod(r.arg.size for r in rs) for rs in nests)
+        return math.prod(r.arg.size for r in self.ranges) * max(inner, 1)
 
     @property
     def flops(self) -> int:
@@ -171,7 +171,7 @@ class KernelBuilder:
     def buffer_arg(self, buf_id: int) -> UOp:
         if buf_id not in self.args: self.args.append(buf_id)
         spec = self.schedule.buffers[buf_id]
-        return UOp(Ops.PARAM, spec.dtype, (), (self.args.index(buf_id), (spec.size,), None))
+        return UOp(Ops.PARAM, spec.dtype, (), ParamArg(self.args.index(buf_id), (spec.size,), None))
 
     def load(self, buf_id: int, index: UOp, gate: UOp | None) -> UOp:
         src = (self.buffer_arg(buf_id), index) + ((gate,) if gate is not None else ())
@@ -226,7 +226,7 @@ class KernelBuilder:
         used = {r for i in idx for r in _ranges_in(i)}
         loops = self.nest.loops
         innermost = max((k for k, r in enumerate(loops) if r in used), default=-1)
-        return math.prod(r.arg[1] for r in loops[:innermost + 1] if r not in used)
+        return math.prod(r.arg.size for r in loops[:innermost + 1] if r not in used)
 
     def _check_fusion(self, u: UOp, idx: tuple[UOp, ...]) -> None:
         if u.op not in GroupOp.ALU: return
@@ -240,8 +240,8 @@ class KernelBuilder:
         """Node u's element at idx from its sources (the kernel's own root is computed, never loaded)."""
         self._check_fusion(u, idx)
         op, src = u.op, u.src
-        if op is Ops.CONST: return UOp.const(u.dtype, u.arg[0])
-        if op is Ops.IOTA: return idx[u.arg[1]].cast(u.dtype)
+        if op is Ops.CONST: return UOp.const(u.dtype, u.arg.value)
+        if op is Ops.IOTA: return idx[u.arg.axis].cast(u.dtype)
         if op in GroupOp.ALU: return UOp(op, u.dtype, tuple(self.value(s, idx, gate) for s in src), u.arg)
         if op is Ops.REDUCE: return self._fused_reduce(u, idx, gate)
         x = src[0]
@@ -268,12 +268,12 @@ class KernelBuilder:
 
     def reduce(self, u: UOp, idx: tuple[UOp, ...]) -> UOp:
         """REDUCE u's element at idx as a scalar REDUCE over fresh RANGEs, its input built in a loop nest of its own."""
-        (reduce_op, axes), x = u.arg, u.src[0]
+        reduce_op, axes, x = u.arg.op, u.arg.axes, u.src[0]
         if x.size == 0: return UOp.const(u.dtype, reduce_identity(reduce_op, u.dtype))
         full, fresh = [], []
         for i, s in enumerate(x.shape):
             if i in axes and s > 1:
-                fresh.append(UOp(Ops.RANGE, INDEX, (), (self.next_range, s)))
+                fresh.append(UOp(Ops.RANGE, INDEX, (), RangeArg(self.next_range, s)))
                 self.next_range += 1
                 full.append(fresh[-1])
             else:
@@ -286,12 +286,12 @@ class KernelBuilder:
             inner = self.value(x, tuple(full))
         finally:
             self.nest = outer
-        return UOp(Ops.REDUCE, u.dtype, (inner, *fresh), (reduce_op, ()))
+        return UOp(Ops.REDUCE, u.dtype, (inner, *fresh), ReduceArg(reduce_op, ()))
 
     def _fused_reduce(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
         """A REDUCE computed inside its consumer's kernel, or _Realize when that is not cheap (module docstring)."""
         x = u.src[0]
-        row_bytes = math.prod(s for i, s in enumerate(x.shape) if i in u.arg[1]) * x.dtype.itemsize
+        row_bytes = math.prod(s for i, s in enumerate(x.shape) if i in u.arg.axes) * x.dtype.itemsize
         if gate is not None or row_bytes > FUSED_ROW_BYTES or self.repeats(idx) > 1: raise _Realize(u)
         places = self.reduced_at.setdefault(u, set())
         places.add(idx)
@@ -336,7 +336,7 @@ def _ranges(shape: tuple[int, ...], first_id: int) -> tuple[tuple[UOp, ...], lis
         if s == 1:
             idx.append(UOp.const(INDEX, 0))
         else:
-            r = UOp(Ops.RANGE, INDEX, (), (first_id + len(ranges), s))
+            r = UOp(Ops.RANGE, INDEX, (), RangeArg(first_id + len(ranges), s))
             idx.append(r)
             ranges.append(r)
     return tuple(idx), ranges
@@ -380,7 +380,7 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Ke
 def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:
     """Copy the operand into the output, then apply the updates in order (one sequential kernel)."""
     x, ind, upd = u.src
-    axis, mode = u.arg
+    axis, mode = u.arg.axis, u.arg.mode
     copy = UOp(Ops.CONTIGUOUS, u.dtype, (x,))
     kernels = _kernel_for(copy, buf_id, schedule, plan) if x.size else []
     idx, ranges = _ranges(upd.shape, 0)
@@ -520,13 +520,13 @@ def rangeify(fn: UOp) -> Schedule:
 def _split(fn: UOp, plan: _Plan) -> Schedule:
     """One kernel split of `fn`, realizing plan.keep besides what the split itself finds it must realize."""
     body = fn.src[0]
-    params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg[0])
-    nparams = max(len(fn.src) - 1, max((p.arg[0] for p in params), default=-1) + 1)
+    params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg.slot)
+    nparams = max(len(fn.src) - 1, max((p.arg.slot for p in params), default=-1) + 1)
     buffers = [BufferSpec(dtypes.bool_, 0, "input", i) for i in range(nparams)]
     schedule = Schedule([], buffers, [])
     for p in params:
-        buffers[p.arg[0]] = BufferSpec(p.dtype, p.size, "input", p.arg[0])
-        schedule.realized[p] = p.arg[0]
+        buffers[p.arg.slot] = BufferSpec(p.dtype, p.size, "input", p.arg.slot)
+        schedule.realized[p] = p.arg.slot
     pending = _must_realize(body, plan) + [o for o in body.src if o.op is not Ops.PARAM]
     done: set[UOp] = set()
     while pending:
@@ -570,7 +570,7 @@ def _split(fn: UOp, plan: _Plan) -> Schedule:
         schedule.kernels.extend(kernels)
         done.add(u)
     for o in body.src:
-        if o not in schedule.realized and o.op is Ops.PARAM: schedule.realized[o] = o.arg[0]
+        if o not in schedule.realized and o.op is Ops.PARAM: schedule.realized[o] = o.arg.slot
         buf_id = schedule.realized[o]
         schedule.outputs.append(buf_id)
         if buffers[buf_id].kind == "intermediate": buffers[buf_id].kind = "output"

@@ -33,9 +33,9 @@ def candidate_actions(k: Kernel) -> list[Opt]:
         out = i < n_out
         for op in ("VECTORIZE", "UPCAST", "UNROLL", "SPLIT"):
             if op == "UPCAST" and not out or op == "UNROLL" and out: continue
-            acts += [Opt(op, i, a) for a in _AMOUNTS[op] if a <= r.arg[1]]
+            acts += [Opt(op, i, a) for a in _AMOUNTS[op] if a <= r.arg.size]
         if out: acts.append(Opt("THREAD", i))
-        if out and not k.opts: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg[1]]
+        if out and not k.opts: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg.size]
         if out: acts += [Opt("SWAP", i, j) for j in range(i + 1, n_out)]
         if not out: acts.append(Opt("ACCUMULATE", i))
     return acts

@@ -15,7 +15,7 @@ from fnx.uop import GroupOp, Ops, UOp, scalar_of
 def _fold(u: UOp) -> UOp | None:
     """Evaluate an ALU node whose sources are all constants (with the interp backend's exact semantics)."""
     if not all(s.op is Ops.CONST for s in u.src): return None
-    value = primitive(u, [np.array(s.arg[0], dtype=s.dtype.np) for s in u.src])
+    value = primitive(u, [np.array(s.arg.value, dtype=s.dtype.np) for s in u.src])
     return UOp.const(u.dtype, np.asarray(value).reshape(()).item(), u.shape)
 
 
@@ -32,20 +32,20 @@ def _reshape_merge(x: UOp, r: UOp) -> UOp | None:
 
 
 def _movement_of_const(m: UOp, c: UOp) -> UOp | None:
-    if m.op is Ops.PAD and c.arg[0] != 0: return None
-    return UOp.const(c.dtype, c.arg[0], m.shape)
+    if m.op is Ops.PAD and c.arg.value != 0: return None
+    return UOp.const(c.dtype, c.arg.value, m.shape)
 
 
 # rules that hold for array graphs and kernel graphs alike
 algebra = PatternMatcher([
     (UPat(GroupOp.ALU, name="u"), _fold),
     (UPat(Ops.ADD, src=(UPat.var("x"), UPat.const(0, "z")), commutative=True),  # -0.0 + 0.0 is 0.0: keep for floats
-     lambda x, z: x if not x.dtype.is_float or math.copysign(1.0, z.arg[0]) < 0 else None),
+     lambda x, z: x if not x.dtype.is_float or math.copysign(1.0, z.arg.value) < 0 else None),
     (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(1)), commutative=True), lambda x: x),
     (UPat(Ops.MUL, src=(UPat.var("x"), UPat.const(0, "z")), commutative=True),
      lambda x, z: z if _is_int(x) else None),
     (UPat(Ops.DIV, src=(UPat.var("x"), UPat.const(1))), lambda x: x if _is_int(x) else None),
-    (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg[0] else b),
+    (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg.value else b),
     (UPat(Ops.WHERE, src=(UPat(), UPat.var("a"), UPat.var("b")), predicate=lambda u: u.src[1] is u.src[2]),
      lambda a, b: a),
     (UPat(Ops.CAST, name="c", predicate=lambda u: u.dtype == u.src[0].dtype), lambda c: c.src[0]),
@@ -59,9 +59,9 @@ algebra = PatternMatcher([
 def _reduce_of_const(r: UOp, c: UOp) -> UOp | None:
     """A reduction of a constant array is a constant: n copies of v sum to n * v, rounded once (as JAX folds
     `jnp.ones((10**6, 10**6)).sum()` instead of running 10^12 additions); integers wrap as the loop would."""
-    op, axes = r.arg
+    op, axes = r.arg.op, r.arg.axes
     n = math.prod(c.shape[a] for a in axes)
-    v = c.arg[0]
+    v = c.arg.value
     if n == 0 or c.dtype.is_bool: return None
     if op is Ops.MAX: return _const(r, v)
     if c.dtype.is_float:
@@ -102,13 +102,13 @@ def simplify_graph(root: UOp) -> UOp:
 
 def terms(u: UOp) -> tuple[list[tuple[UOp, int]], int]:
     """Write an integer expression as sum(coef * term) + constant (flattening ADD chains and MUL by constants)."""
-    if u.op is Ops.CONST: return [], u.arg[0]
+    if u.op is Ops.CONST: return [], u.arg.value
     if u.op is Ops.ADD:
         (a, ca), (b, cb) = terms(u.src[0]), terms(u.src[1])
         return a + b, ca + cb
     if u.op is Ops.MUL and u.src[1].op is Ops.CONST:
         inner, c = terms(u.src[0])
-        k = u.src[1].arg[0]
+        k = u.src[1].arg.value
         return [(t, coef * k) for t, coef in inner], c * k
     return [(u, 1)], 0
 
@@ -133,7 +133,7 @@ def _bounds_of(parts: list[tuple[UOp, int]], constant: int) -> tuple[int, int]:
 
 def _div_mod(x: UOp, d: UOp, mod: bool) -> UOp | None:
     """(sum c_i t_i + k) // d or % d for a positive constant d and non-negative x."""
-    dv = d.arg[0]
+    dv = d.arg.value
     if dv <= 0 or x.bounds[0] < 0: return None
     if dv == 1: return UOp.const(x.dtype, 0) if mod else x
     parts, constant = terms(x)
@@ -145,7 +145,7 @@ def _div_mod(x: UOp, d: UOp, mod: bool) -> UOp | None:
     rlo, rhi = _bounds_of(rest, k_rest)
     if not (0 <= rlo and rhi < dv):
         if (x.op is Ops.DIV) and not mod and x.src[1].op is Ops.CONST and x.src[0].bounds[0] >= 0:
-            return UOp(Ops.DIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg[0] * dv)))
+            return UOp(Ops.DIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg.value * dv)))
         if whole and all(c > 0 for _, c in rest) and rlo >= 0:
             # split: the divisible part passes through; keep the rest under the op
             rest_expr = build(x.dtype, rest, k_rest)
@@ -158,8 +158,8 @@ def _div_mod(x: UOp, d: UOp, mod: bool) -> UOp | None:
 
 def _lt_const(x: UOp, c: UOp) -> UOp | None:
     lo, hi = x.bounds
-    if hi < c.arg[0]: return UOp.const(dtypes.bool_, True)
-    if lo >= c.arg[0]: return UOp.const(dtypes.bool_, False)
+    if hi < c.arg.value: return UOp.const(dtypes.bool_, True)
+    if lo >= c.arg.value: return UOp.const(dtypes.bool_, False)
     return None
 
 
@@ -173,7 +173,7 @@ def _canonical_sum(u: UOp) -> UOp | None:
 
 
 def _order(u: UOp) -> tuple:
-    return (0, u.arg[0]) if u.op is Ops.RANGE else (1, id(u))
+    return (0, u.arg.number) if u.op is Ops.RANGE else (1, id(u))
 
 
 _INT = {dtypes.int64, dtypes.int32}
@@ -184,9 +184,9 @@ index = PatternMatcher([
     (UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), _lt_const),
     (UPat(Ops.ADD, dtype=_INT, name="u", src=(UPat(Ops.ADD), UPat())), _canonical_sum),
     (UPat(Ops.MAX, dtype=_INT, src=(UPat.var("x"), UPat.cvar("c")), commutative=True),
-     lambda x, c: x if x.bounds[0] >= c.arg[0] else None),
+     lambda x, c: x if x.bounds[0] >= c.arg.value else None),
     (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),
-     lambda x, c, a, b: a if a is x and x.bounds[1] < c.arg[0] else None),
+     lambda x, c, a, b: a if a is x and x.bounds[1] < c.arg.value else None),
 ])
 
 

@@ -22,7 +22,7 @@ import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
 from fnx.errors import at_user_line
 from fnx.trace import Array, _realize_tree, state
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, Ops, ParamArg, UOp
 
 # ---- graphs and bodies ----
 
@@ -47,12 +47,12 @@ def body_params(node: UOp, body: UOp | None = None) -> dict[int, UOp]:
 
     An argument the body never reads has no PARAM, so its slot is absent."""
     body = node.src[0] if body is None else body
-    return {p.arg[0]: p for p in body.toposort if p.op is Ops.PARAM and p.arg[3:] == node.binds}
+    return {p.arg.slot: p for p in body.toposort if p.op is Ops.PARAM and p.arg.tag == node.binds}
 
 
 def param(like: UOp, slot: int, tag: int, shape: tuple[int, ...] | None = None) -> UOp:
     """A PARAM at `slot` of the body tagged `tag`, with `like`'s dtype and device and its shape (or `shape`)."""
-    return UOp(Ops.PARAM, like.dtype, (), (slot, like.shape if shape is None else shape, like.device, tag))
+    return UOp(Ops.PARAM, like.dtype, (), ParamArg(slot, like.shape if shape is None else shape, like.device, (tag,)))
 
 
 # ---- the user-facing wrappers ----

@@ -23,7 +23,7 @@ from fnx.errors import at_user_line
 from fnx.rewrite import substitute
 from fnx.trace import Array, fresh_tag
 from fnx.transforms.common import body_params, param, tuple_of
-from fnx.uop import Ops, UOp
+from fnx.uop import ControlArg, Ops, ScanArg, UOp
 
 
 def _zeros(u: UOp) -> UOp:
@@ -60,7 +60,8 @@ def cond_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
         t_params = [param(v, n + i, tag) for i, v in enumerate(v for v, h in zip(values, has_t) if h)]
         touts = forward(outs, [p for p, h in zip(params, has_t) if h], [Array(t) for t in t_params])
         return tuple_of(outs + [t.uop if t is not None else _zeros(o) for t, o in zip(touts, outs)])
-    new = UOp(Ops.COND, dtypes.bool_, (jvp_body(node.src[0]), jvp_body(node.src[1]), pred, *values, *t_ops), tag)
+    new = UOp(Ops.COND, dtypes.bool_, (jvp_body(node.src[0]), jvp_body(node.src[1]), pred, *values, *t_ops),
+              ControlArg(tag))
     return [Array(t) for t in _outputs(new, 2 * k)[k:]]
 
 
@@ -77,7 +78,7 @@ def while_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], for
     touts = forward(outs, [p for p, h in zip(params, has_t) if h], [Array(t) for t in t_params])
     t_outs = [t.uop if t is not None else _zeros(o) for t, o, h in zip(touts, outs, has_t) if h]
     cond_outs, _ = _rebind(node, node.src[1], ops, list(range(n)), tag)
-    new = UOp(Ops.WHILE, dtypes.bool_, (tuple_of(outs + t_outs), tuple_of(cond_outs), *ops, *t_init), tag)
+    new = UOp(Ops.WHILE, dtypes.bool_, (tuple_of(outs + t_outs), tuple_of(cond_outs), *ops, *t_init), ControlArg(tag))
     t_iter = iter(_outputs(new, n + m)[n:])
     return [Array(next(t_iter)) if has_t[i] else None for i in range(n)]
 
@@ -86,7 +87,7 @@ def scan_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
     """The step also computes the tangents of its carry and outputs, from those of the carry, xs and free values."""
     ops = list(node.operands)
     tag = fresh_tag()
-    _, nc, length, reverse, nx = node.arg
+    nc, nx = node.arg.ncarry, node.arg.nxs
     groups = [ops[:nc], ops[nc:nc + nx], ops[nc + nx:]]
     tgroups = [tangents[:nc], tangents[nc:nc + nx], tangents[nc + nx:]]
     # new operand layout: carry, tangent carry, xs, tangent xs, free, tangent free (tangents of floats only)
@@ -111,7 +112,7 @@ def scan_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
                                                                           if o.dtype.is_float])
     new_ops = groups[0] + t_of[0] + groups[1] + t_of[1] + groups[2] + t_of[2]
     new = UOp(Ops.SCAN, dtypes.bool_, (new_body, *new_ops),
-              (tag, nc + len(c_float), length, reverse, nx + len(t_of[1])))
+              node.arg._replace(tag=tag, ncarry=nc + len(c_float), nxs=nx + len(t_of[1])))
     n_out = len(new_body.src)
     res = _outputs(new, n_out)
     tcarry = iter(res[nc:nc + len(c_float)])
@@ -142,7 +143,8 @@ def cond_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
         ct_params = [param(o, n + i, tag) for i, o in enumerate(outs)]
         grads = backward(outs, [Array(c) if o.dtype.is_float else None for c, o in zip(ct_params, outs)], params)
         return tuple_of([g.uop if g is not None else _zeros(p) for g, p in zip(grads, params)])
-    new = UOp(Ops.COND, dtypes.bool_, (vjp_body(node.src[0]), vjp_body(node.src[1]), pred, *values, *ct_ops), tag)
+    new = UOp(Ops.COND, dtypes.bool_, (vjp_body(node.src[0]), vjp_body(node.src[1]), pred, *values, *ct_ops),
+              ControlArg(tag))
     grads = _outputs(new, n)
     return [None] + [Array(g) if v.dtype.is_float else None for g, v in zip(grads, values)]
 
@@ -157,7 +159,7 @@ def scan_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
     """A forward scan that saves each step's carry, then a reverse scan of the step's vjp over the saved carries."""
     ops = list(node.operands)
     tag = fresh_tag()
-    _, nc, length, reverse, nx = node.arg
+    nc, length, reverse, nx = node.arg.ncarry, node.arg.length, node.arg.reverse, node.arg.nxs
     carry, xs, free = ops[:nc], ops[nc:nc + nx], ops[nc + nx:]
     nf = len(free)
     body = node.src[0]
@@ -166,7 +168,7 @@ def scan_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
     ftag = fresh_tag()
     step_ops = carry + [_slice_aval(x) for x in xs] + free
     outs, params = _rebind(node, body, step_ops, list(range(len(step_ops))), ftag)
-    saving = UOp(Ops.SCAN, dtypes.bool_, (tuple_of(outs + params[:nc]), *ops), (ftag, nc, length, reverse, nx))
+    saving = UOp(Ops.SCAN, dtypes.bool_, (tuple_of(outs + params[:nc]), *ops), node.arg._replace(tag=ftag))
     saved = _outputs(saving, nc + ny + nc)[nc + ny:]
     # 2. a reverse scan of the step's vjp: carry (ct of the carry, accumulated ct of free values)
     ct_carry = [c.uop if c is not None else _zeros(o) for c, o in zip(cts[:nc], carry)]
@@ -192,7 +194,7 @@ def scan_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
     new_acc = [UOp(Ops.ADD, a.dtype, (a, gf)) if a.dtype.is_float else a for a, gf in zip(p_acc, g_free)]
     b_body = tuple_of(g_carry + new_acc + g_x)
     back = UOp(Ops.SCAN, dtypes.bool_, (b_body, *b_carry, *b_xs, *free),
-               (tag, nc + nf, length, not reverse, len(b_xs)))
+               ScanArg(tag, ncarry=nc + nf, length=length, reverse=not reverse, nxs=len(b_xs)))
     res = _outputs(back, nc + nf + nx)
     grads_carry, grads_free, grads_xs = res[:nc], res[nc:nc + nf], res[nc + nf:]
     wrap = lambda u, v: Array(u) if v.dtype.is_float else None  # noqa: E731

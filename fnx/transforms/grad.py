@@ -30,7 +30,7 @@ from fnx.trace import Array, building, inline, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_vjp, scan_vjp, while_vjp
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops, ParamArg, UOp
 
 # ---- the backward pass over a graph ----
 
@@ -86,7 +86,7 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
         result = rule.bwd(*rule.static_values, residuals, ct_tree)
         return [lax.to_array(g) if g is not None else None for g in tree_util.tree_leaves(tuple(result))]
     if rule.kind == "jvp":  # transpose the user's jvp: it is linear in the tangents
-        tangents = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device, "tangent", id(call)))
+        tangents = [UOp(Ops.PARAM, a.dtype, (), ParamArg(i, a.shape, a.device, ("tangent", id(call))))
                     for i, a in enumerate(args)]
         _, tangent_outs = rule.apply_jvp(list(operands), [Array(t) for t in tangents])
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
@@ -271,7 +271,7 @@ def _max_vjp(g: Array, u: UOp, x: Array, y: Array) -> tuple:
 
 
 def _reduce_vjp(g: Array, u: UOp, x: Array) -> tuple:
-    op, axes = u.arg
+    op, axes = u.arg.op, u.arg.axes
     if not _float(x): return (None,)
     if op is Ops.ADD: return (lax.expand(g, x.shape),)
     full = lax.expand(Array(u), x.shape)
@@ -291,7 +291,7 @@ def _index_vjp(g: Array, u: UOp, x: Array, idx: Array) -> tuple:
 
 
 def _scatter_vjp(g: Array, u: UOp, x: Array, idx: Array, upd: Array) -> tuple:
-    axis, mode = u.arg
+    axis, mode = u.arg.axis, u.arg.mode
     if not _float(x): return (None, None, None)
     n = x.shape[axis]
     inside = ((idx >= 0) & (idx < n))
@@ -332,7 +332,7 @@ def _no_grad(g, u, *srcs):
 def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
     """psum's transpose is psum; pmax/pmin send the summed cotangent to the extreme examples; all_gather's
     cotangent for this example is its slice of the summed cotangent."""
-    kind, name, _, axis = u.arg
+    kind, name, axis = u.arg.kind, u.arg.axis_name, u.arg.axis
     if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
     total = lax.psum(g, name)
     if kind == "psum": return (total,)

@@ -21,7 +21,7 @@ from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
-from fnx.uop import Ops, UOp
+from fnx.uop import BufferArg, Ops, UOp
 
 
 def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
@@ -32,8 +32,8 @@ def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
             x = device_put(x, device)
         if x._buffer is None:  # constants and pending work get a buffer once, kept by the Array
             if x.uop.op is Ops.CONST:
-                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), (get_device(device).allocator.from_numpy(np.full(
-                    x.shape, x.uop.arg[0], x.uop.dtype.np)), x.shape))
+                buffer = get_device(device).allocator.from_numpy(np.full(x.shape, x.uop.arg.value, x.uop.dtype.np))
+                x.uop = UOp(Ops.BUFFER, x.uop.dtype, (), BufferArg(buffer, x.shape))
             else:
                 x.uop = realize([x.uop])[0]
         return x._buffer
@@ -55,7 +55,7 @@ class Lowered:
     def __post_init__(self):  # what every call needs, worked out once
         traced = self.traced
         self.params = traced.fn.src[1:]
-        self.consts = [c.arg[0] for c in traced.consts]
+        self.consts = [c.arg.buffer for c in traced.consts]
         self.out_avals = [(u.shape, weak) for u, weak in zip(traced.body.src, traced.out_weak)]
         self.single_output = tree_util.treedef_is_leaf(traced.out_tree)
         self.donating = self.donated if self.donated and self.executable.aliases(self.donated) else ()

@@ -218,7 +218,7 @@ def _cast(u, srcs, tans):
 
 
 def _reduce(u, srcs, tans):
-    op, axes = u.arg
+    op, axes = u.arg.op, u.arg.axes
     (x,), (t,) = srcs, tans
     if t is None: return None
     if op is Ops.ADD: return _same_op(u, t)
@@ -233,7 +233,7 @@ def _index(u, srcs, tans):
 
 
 def _scatter(u, srcs, tans):
-    axis, mode = u.arg
+    axis, mode = u.arg.axis, u.arg.mode
     x, idx, upd = srcs
     if tans[0] is None and tans[2] is None: return None
     if mode not in ("set", "add"):
@@ -243,7 +243,7 @@ def _scatter(u, srcs, tans):
 
 
 def _collective(u, srcs, tans):
-    kind, name, _, axis = u.arg
+    kind, name = u.arg.kind, u.arg.axis_name
     if kind == "axis_index" or tans[0] is None: return None
     if kind in ("psum", "all_gather"): return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
     hit = (srcs[0] == Array(u)).astype(tans[0].dtype)  # pmax/pmin: the tangents of the extreme examples

@@ -4,7 +4,7 @@ Trace the function once on one example, then rebuild the graph with a batch axis
 front (axis 0) or not at all (None), and each primitive's rule in `batch_rules` says how the op works on
 batched operands:
 
-    batch_rules[Ops.REDUCE] = lambda b, u: (UOp(Ops.REDUCE, .., (b.batched(u.src[0]),), (op, axes + 1)), 0)
+    batch_rules[Ops.REDUCE] = lambda b, u: (UOp(Ops.REDUCE, .., (b.batched(u.src[0]),), ReduceArg(op, axes + 1)), 0)
 
 Every rule has that one signature, `rule(b, u) -> (value, batch dim)`: it reads the batched sources from the
 Batcher `b` (`b.values[s]`, or `b.batched(s)` with the batch axis in front) and returns the node's value with
@@ -25,7 +25,7 @@ from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, building, fresh_tag, state, trace
 from fnx.transforms.common import body_params, finish, graph, param, tuple_of, tuple_valued
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import ControlArg, GroupOp, IotaArg, Ops, ParamArg, ReduceArg, ScatterArg, UOp
 
 Batched = tuple[UOp, "int | None"]   # (value, 0 if it has the batch axis in front else None)
 
@@ -46,7 +46,7 @@ def move_axis(x: UOp, source: int, destination: int) -> UOp:
 
 def broadcast_batch(x: UOp, size: int) -> UOp:
     """An unbatched value repeated `size` times along a new front axis."""
-    if x.op is Ops.CONST: return UOp.const(x.dtype, x.arg[0], (size,) + x.shape)
+    if x.op is Ops.CONST: return UOp.const(x.dtype, x.arg.value, (size,) + x.shape)
     return UOp(Ops.EXPAND, x.dtype, (_reshape(x, (1,) + x.shape),), (size,) + x.shape)
 
 
@@ -69,7 +69,7 @@ class Batcher:
                 if u.src[0] not in self.outputs: self.outputs[u.src[0]] = self.apply(u.src[0])
                 self.values[u] = self.outputs[u.src[0]][u.arg]
                 continue
-            own = u.op is Ops.COLLECTIVE and u.arg[1] == self.axis_name  # a collective over this vmap's axis
+            own = u.op is Ops.COLLECTIVE and u.arg.axis_name == self.axis_name  # a collective over this vmap's axis
             if not own and all(self.values[s][1] is None for s in u.src):  # nothing batched below: keep the node
                 self.values[u] = (UOp(u.op, u.dtype, tuple(self.values[s][0] for s in u.src), u.arg), None)
                 continue
@@ -109,8 +109,8 @@ def _movement(b: Batcher, u: UOp) -> Batched:
 
 
 def _reduce(b: Batcher, u: UOp) -> Batched:
-    op, axes = u.arg
-    return UOp(Ops.REDUCE, u.dtype, (b.batched(u.src[0]),), (op, tuple(a + 1 for a in axes))), 0
+    arg = ReduceArg(u.arg.op, tuple(a + 1 for a in u.arg.axes))
+    return UOp(Ops.REDUCE, u.dtype, (b.batched(u.src[0]),), arg), 0
 
 
 def _marker(b: Batcher, u: UOp) -> Batched:
@@ -127,7 +127,7 @@ def _offset_indices(idx: UOp, n: int, drop_outside: bool) -> UOp:
     """Per-example indices into an axis of size n as indices into the batch-folded axis of size B * n."""
     index_t = idx.dtype if idx.dtype.itemsize >= 4 else dtypes.int32
     idx = idx.cast(index_t)
-    batch = UOp(Ops.IOTA, index_t, (), (idx.shape, 0)) * n
+    batch = UOp(Ops.IOTA, index_t, (), IotaArg(idx.shape, 0)) * n
     if not drop_outside:  # gathers clamp per example, so clamp before offsetting
         idx = idx.alu(Ops.MAX, 0)
         idx = (idx < n).alu(Ops.WHERE, idx, n - 1)
@@ -152,19 +152,19 @@ def _index(b: Batcher, u: UOp) -> Batched:
 
 
 def _scatter(b: Batcher, u: UOp) -> Batched:
-    axis, mode = u.arg
+    axis, mode = u.arg.axis, u.arg.mode
     x, idx_u, upd_u = u.src
     idx, ib = b.values[idx_u]
     xb, ub = b.batched(x), b.batched(upd_u)
     if ib is None:
-        return UOp(Ops.SCATTER, u.dtype, (xb, idx, ub), (axis + 1, mode)), 0
+        return UOp(Ops.SCATTER, u.dtype, (xb, idx, ub), ScatterArg(axis + 1, mode)), 0
     n, k = x.shape[axis], idx.ndim - 1
     flat = _fold_batch(xb, axis, n)
     # updates (B, pre..., ks..., post...) -> (B, ks..., pre..., post...) to match the folded operand
     order = [0] + list(range(1 + axis, 1 + axis + k)) + list(range(1, 1 + axis)) + list(range(1 + axis + k, ub.ndim))
     upd = _permute(ub, tuple(order))
     upd = _reshape(upd, (b.size,) + upd.shape[1:])
-    out = UOp(Ops.SCATTER, u.dtype, (flat, _offset_indices(idx, n, True), upd), (0, mode))
+    out = UOp(Ops.SCATTER, u.dtype, (flat, _offset_indices(idx, n, True), upd), ScatterArg(0, mode))
     unfolded = _reshape(out, (b.size, n) + flat.shape[1:])
     return move_axis(unfolded, 1, 1 + axis), 0
 
@@ -172,19 +172,19 @@ def _scatter(b: Batcher, u: UOp) -> Batched:
 def _collective(b: Batcher, u: UOp) -> Batched:
     """A collective over this vmap's own axis reduces (or gathers) across the batch; over an enclosing vmap's
     axis it applies per example of this one."""
-    return _own_collective(b, u) if u.arg[1] == b.axis_name else _other_collective(b, u)
+    return _own_collective(b, u) if u.arg.axis_name == b.axis_name else _other_collective(b, u)
 
 
 def _own_collective(b: Batcher, u: UOp) -> Batched:
     """A collective over this vmap's axis: a reduction (or gather) across the batch."""
-    kind, _, size, axis = u.arg
-    if kind == "axis_index": return (UOp(Ops.IOTA, dtypes.int32, (), ((b.size,), 0)), 0)
+    kind, axis = u.arg.kind, u.arg.axis
+    if kind == "axis_index": return (UOp(Ops.IOTA, dtypes.int32, (), IotaArg((b.size,), 0)), 0)
     x = b.batched(u.src[0])
     if kind == "all_gather": return (move_axis(x, 0, axis), None)
     op = Ops.ADD if kind == "psum" else Ops.MAX
     flip = kind == "pmin"  # min = an order-reversing map, max, and the map back
     if flip: x = _order_reversed(x)
-    out = UOp(Ops.RESHAPE, x.dtype, (UOp(Ops.REDUCE, x.dtype, (x,), (op, (0,))),), x.shape[1:])
+    out = UOp(Ops.RESHAPE, x.dtype, (UOp(Ops.REDUCE, x.dtype, (x,), ReduceArg(op, (0,))),), x.shape[1:])
     return (_order_reversed(out) if flip else out, None)
 
 
@@ -195,10 +195,9 @@ def _order_reversed(x: UOp) -> UOp:
 
 def _other_collective(b: Batcher, u: UOp) -> Batched:
     """A collective over an enclosing vmap's axis: applied per example of this one (the batch stays in front)."""
-    kind, name, size, axis = u.arg
-    if kind == "axis_index": return broadcast_batch(u, b.size), 0
-    return UOp(Ops.COLLECTIVE, u.dtype, (b.batched(u.src[0]),), (kind, name, size, axis + 1 if kind == "all_gather"
-                                                                  else axis)), 0
+    if u.arg.kind == "axis_index": return broadcast_batch(u, b.size), 0
+    arg = u.arg._replace(axis=u.arg.axis + 1) if u.arg.kind == "all_gather" else u.arg
+    return UOp(Ops.COLLECTIVE, u.dtype, (b.batched(u.src[0]),), arg), 0
 
 
 def _source(b: Batcher, u: UOp) -> Batched:
@@ -219,7 +218,7 @@ def _call(b: Batcher, call: UOp) -> list[Batched]:
     tag = ("call", fresh_tag())
     batched = [b.batched(a) for a in call.src[1:]]
     params = body_params(call)
-    fresh = [UOp(Ops.PARAM, a.dtype, (), (i, a.shape, a.device) + tag) for i, a in enumerate(batched)]
+    fresh = [UOp(Ops.PARAM, a.dtype, (), ParamArg(i, a.shape, a.device, tag)) for i, a in enumerate(batched)]
     inner = Batcher(b.size, {**b.values, **{params[i]: (fresh[i], 0) for i in params}}, b.axis_name)
     outs = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in inner.run(list(body.src))]
     new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
@@ -289,8 +288,8 @@ def _while(b: Batcher, node: UOp) -> list[Batched]:
     new_carry = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs]
     if pbd is not None:
         new_carry = [_select(pred, nv, p) for nv, p in zip(new_carry, new_params)]
-        pred = UOp(Ops.RESHAPE, pred.dtype, (UOp(Ops.REDUCE, pred.dtype, (pred,), (Ops.MAX, (0,))),), ())
-    new = UOp(Ops.WHILE, dtypes.bool_, (tuple_of(new_carry), tuple_of([pred]), *carries), tag)
+        pred = UOp(Ops.RESHAPE, pred.dtype, (UOp(Ops.REDUCE, pred.dtype, (pred,), ReduceArg(Ops.MAX, (0,))),), ())
+    new = UOp(Ops.WHILE, dtypes.bool_, (tuple_of(new_carry), tuple_of([pred]), *carries), ControlArg(tag))
     return [(UOp(Ops.GETTUPLE, c.dtype, (new,), i), 0) for i, c in enumerate(carries)]
 
 
@@ -299,7 +298,7 @@ def _scan(b: Batcher, node: UOp) -> list[Batched]:
     if (kept := _unbatched(b, node)) is not None: return kept
     ops = [b.values[s] for s in node.operands]
     tag = fresh_tag()
-    _, nc, length, reverse, nx = node.arg
+    nc, nx = node.arg.ncarry, node.arg.nxs
     n = len(ops)
     batched_ops = [(b.batched(node.operands[i]) if i < nc else v if bd is None else
                     (move_axis(v, 0, 1) if i < nc + nx else v), i < nc or bd is not None)
@@ -313,7 +312,7 @@ def _scan(b: Batcher, node: UOp) -> list[Batched]:
         if i in params: mapping[params[i]] = (p, 0 if batched else None)
     outs = Batcher(b.size, {**b.values, **mapping}, b.axis_name).run(list(node.src[0].src))
     body = tuple_of([v if bd is not None else broadcast_batch(v, b.size) for v, bd in outs])
-    new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), (tag, nc, length, reverse, nx))
+    new = UOp(Ops.SCAN, dtypes.bool_, (body, *[v for v, _ in batched_ops]), node.arg._replace(tag=tag))
     res = [UOp(Ops.GETTUPLE, o.dtype, (new,), i) for i, o in enumerate(body.src)]
     return [(r, 0) for r in res[:nc]] + [(move_axis(r, 1, 0), 0) for r in res[nc:]]
 

@@ -10,7 +10,7 @@ from fnx import dtypes, lax
 from fnx.backends import interp
 from fnx.backends.device import Buffer
 from fnx.trace import compile_function
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, IotaArg, Ops, ParamArg, ReduceArg, ScatterArg, UOp
 
 ALL = dtypes.DTYPES
 FLOATS = [d for d in ALL if d.is_float]
@@ -37,7 +37,7 @@ def run_on(device: str, fn: UOp, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def function_of(build, avals) -> UOp:
-    params = [UOp(Ops.PARAM, d, (), (i, s, None)) for i, (s, d) in enumerate(avals)]
+    params = [UOp(Ops.PARAM, d, (), ParamArg(i, s, None)) for i, (s, d) in enumerate(avals)]
     out = build(*params)
     return UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (out,)), *params))
 
@@ -129,7 +129,7 @@ def test_reduce(op, dtype, shape, data):
     axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
     x = random_values(np.random.default_rng(0), dtype, shape)
     if op is Ops.MUL and dtype.is_float: x = (np.sign(x) * 0.9 + x * 0.01).astype(dtype.np)
-    fn = function_of(lambda p: UOp(Ops.REDUCE, dtype, (p,), (op, axes)), [(shape, dtype)])
+    fn = function_of(lambda p: UOp(Ops.REDUCE, dtype, (p,), ReduceArg(op, axes)), [(shape, dtype)])
     want = interp.run(fn, [x])[0]
     ref = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}[op]
     if x.size or op is not Ops.MAX:
@@ -143,7 +143,7 @@ def test_movement_chains(data):
     """Random chains of movement ops on an input equal numpy's, on every backend (they become index arithmetic)."""
     shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
     x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
-    u = UOp(Ops.PARAM, dtypes.int32, (), (0, shape, None))
+    u = UOp(Ops.PARAM, dtypes.int32, (), ParamArg(0, shape, None))
     ref = x
     for _ in range(data.draw(st.integers(1, 4))):
         kind = data.draw(st.sampled_from(["reshape", "permute", "expand", "pad", "shrink", "flip"]))
@@ -168,7 +168,7 @@ def test_movement_chains(data):
             ref = np.flip(ref, tuple(i for i, f in enumerate(flags) if f))
             u = UOp(Ops.FLIP, u.dtype, (u,), flags)
     u = UOp(Ops.ADD, u.dtype, (u, UOp.const(u.dtype, 1, u.shape)))
-    param = UOp(Ops.PARAM, dtypes.int32, (), (0, shape, None))
+    param = UOp(Ops.PARAM, dtypes.int32, (), ParamArg(0, shape, None))
     fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (u,)), param))
     np.testing.assert_array_equal(run_on("cpu", fn, [x])[0], ref + 1)
     np.testing.assert_array_equal(interp.run(fn, [x])[0], ref + 1)
@@ -180,7 +180,7 @@ def test_gather_scatter(mode):
     x = rng.standard_normal((4, 6)).astype(np.float32)
     idx = np.array([[0, 5, 9], [-1, 2, 2]], dtype=np.int32)
     upd = rng.standard_normal((4, 2, 3)).astype(np.float32)
-    fn = function_of(lambda a, i, v: UOp(Ops.SCATTER, dtypes.float32, (a, i, v), (1, mode)),
+    fn = function_of(lambda a, i, v: UOp(Ops.SCATTER, dtypes.float32, (a, i, v), ScatterArg(1, mode)),
                      [((4, 6), dtypes.float32), ((2, 3), dtypes.int32), ((4, 2, 3), dtypes.float32)])
     want = interp.run(fn, [x, idx, upd])[0]
     np.testing.assert_allclose(run_on("cpu", fn, [x, idx, upd])[0], want, rtol=1e-6)
@@ -197,7 +197,7 @@ def test_gather_scatter(mode):
 
 def test_iota_and_constants():
     fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (
-        UOp(Ops.IOTA, dtypes.int32, (), ((3, 4), 1)), UOp.const(dtypes.float16, 1.5, (2, 2)))),))
+        UOp(Ops.IOTA, dtypes.int32, (), IotaArg((3, 4), 1)), UOp.const(dtypes.float16, 1.5, (2, 2)))),))
     iota, const = run_on("cpu", fn, [])
     np.testing.assert_array_equal(iota, np.broadcast_to(np.arange(4, dtype=np.int32), (3, 4)))
     np.testing.assert_array_equal(const, np.full((2, 2), 1.5, np.float16))

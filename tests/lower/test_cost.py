@@ -26,9 +26,9 @@ def linear_flops(kernel) -> int:
     the loops open around it, each accumulator update once per iteration of its innermost loop."""
     open_loops, total = [], 0
     for what, u in linearize(kernel):
-        if what == "open": open_loops.append(u.arg[1])
+        if what == "open": open_loops.append(u.arg.size)
         elif what == "close": open_loops.pop()
-        elif what == "acc_update": total += op_flops(u.arg[0]) * int(np.prod(open_loops))
+        elif what == "acc_update": total += op_flops(u.arg.op) * int(np.prod(open_loops))
         elif what == "node" and u.op in GroupOp.ALU and (u.dtype.is_float or u.src[0].dtype.is_float):
             total += op_flops(u.op) * int(np.prod(open_loops))
     return total
@@ -123,5 +123,5 @@ def test_reduce_ranges_list_every_reduce_of_a_fused_kernel():
     reduces = [u for u in kernel.sink.toposort if u.op is Ops.REDUCE]
     assert len(reduces) >= 2
     assert set(kernel.reduce_ranges) == {r for u in reduces for r in u.src[1:]}
-    ids = [u.arg[0] for u in kernel.sink.toposort if u.op is Ops.RANGE]
+    ids = [u.arg.number for u in kernel.sink.toposort if u.op is Ops.RANGE]
     assert len(ids) == len(set(ids))

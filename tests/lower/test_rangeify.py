@@ -219,7 +219,7 @@ def test_softmax_over_rows_fuses_its_reductions(softmax):
     x = np.zeros((4096, 4096), np.float32)
     kernels = schedule_of(softmax, x).kernels
     assert len(kernels) == 1  # exp(x - max) is stashed in the output row by the sum's loop and scaled in place
-    assert [r.arg[1] for r in kernels[0].ranges] == [4096, 4096] and len(kernels[0].row_ranges) == 1
+    assert [r.arg.size for r in kernels[0].ranges] == [4096, 4096] and len(kernels[0].row_ranges) == 1
     # accesses: x read once, the output row written by the sum's loop, read back and rewritten while in cache
     assert kernels[0].bytes <= 3 * x.nbytes
 

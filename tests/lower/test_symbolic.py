@@ -11,14 +11,14 @@ from fnx import dtypes
 from fnx.backends import interp
 from fnx.lower.symbolic import simplify_graph, simplify_kernel
 from fnx.rewrite import substitute
-from fnx.uop import GroupOp, Ops, UOp
+from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp
 
 F32, I32, I64, BOOL = dtypes.float32, dtypes.int32, dtypes.int64, dtypes.bool_
 SHAPE = (2, 3)
 
 
 def param(slot, dtype, shape=SHAPE) -> UOp:
-    return UOp(Ops.PARAM, dtype, (), (slot, shape, None))
+    return UOp(Ops.PARAM, dtype, (), ParamArg(slot, shape, None))
 
 
 def run(root: UOp, params: list[UOp], args: list[np.ndarray]) -> np.ndarray:
@@ -42,7 +42,7 @@ def movement_round_trip(draw, x: UOp) -> UOp:
         # (2, 3) -> (2, 1, 1, 3) -> expand (2, 2, 1, 3) -> expand (2, 2, 3, 3) -> max over axes 1, 2 -> (2, 3)
         r = UOp(Ops.RESHAPE, dt, (x,), (2, 1, 1, 3))
         e = UOp(Ops.EXPAND, dt, (UOp(Ops.EXPAND, dt, (r,), (2, 2, 1, 3)),), (2, 2, 3, 3))
-        return UOp(Ops.RESHAPE, dt, (UOp(Ops.REDUCE, dt, (e,), (Ops.MAX, (1, 2))),), SHAPE)
+        return UOp(Ops.RESHAPE, dt, (UOp(Ops.REDUCE, dt, (e,), ReduceArg(Ops.MAX, (1, 2))),), SHAPE)
     if kind == "identity":
         same = draw(st.sampled_from([Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.FLIP]))
         arg = {Ops.RESHAPE: SHAPE, Ops.EXPAND: SHAPE, Ops.PERMUTE: (0, 1), Ops.FLIP: (False, False)}[same]
@@ -176,7 +176,7 @@ def test_float_mul_by_zero_is_kept():
 # ---- index expressions over RANGEs: brute force before and after simplify_kernel ----
 
 def rng(axis: int, size: int) -> UOp:
-    return UOp(Ops.RANGE, I64, (), (axis, size))
+    return UOp(Ops.RANGE, I64, (), RangeArg(axis, size))
 
 
 def evaluate(expr: UOp, assignment: dict[UOp, int]):
@@ -185,7 +185,7 @@ def evaluate(expr: UOp, assignment: dict[UOp, int]):
 
 
 def assert_same_everywhere(expr: UOp, simple: UOp, ranges: list[UOp]) -> None:
-    for values in itertools.product(*(range(r.arg[1]) for r in ranges)):
+    for values in itertools.product(*(range(r.arg.size) for r in ranges)):
         assignment = dict(zip(ranges, values))
         assert evaluate(simple, assignment) == evaluate(expr, assignment), values
 
@@ -286,7 +286,7 @@ def test_like_terms_merge():
 # ---- simplify_kernel on values at the edges of their dtype ----
 
 def scalar_param(slot, dtype) -> UOp:
-    return UOp(Ops.PARAM, dtype, (), (slot, (), None))
+    return UOp(Ops.PARAM, dtype, (), ParamArg(slot, (), None))
 
 
 def assert_simplify_kernel_keeps(expr: UOp, p: UOp, values) -> None:
@@ -324,7 +324,7 @@ def test_reduce_of_a_constant_folds_to_the_interpreters_value(dtype, op, axes, v
     if not dtype.is_float: value = int(value) % 97 if math.isfinite(value) else 5
     shape = (37, 11)
     const = UOp.const(dtype, value, shape)
-    reduce = UOp(Ops.REDUCE, dtype, (const,), (op, axes))
+    reduce = UOp(Ops.REDUCE, dtype, (const,), ReduceArg(op, axes))
     folded = simplify_graph(reduce)
     assert folded.op is Ops.CONST
     host = np.full(shape, value, dtype=np.float64 if dtype.is_float else np.int64)

@@ -256,7 +256,7 @@ def test_gather_gradient_is_a_scatter_add_without_a_dense_intermediate():
     x = rng.standard_normal((rows, 3))
     graph = fnx.make_graph(fnx.grad(lambda x: (x[idx] * x[idx]).sum()))(x)
     nodes = [u for u in graph.fn.toposort if u.shape is not None]
-    assert any(u.op is Ops.SCATTER and u.arg[1] == "add" for u in nodes), str(graph)
+    assert any(u.op is Ops.SCATTER and u.arg.mode == "add" for u in nodes), str(graph)
     too_big = [u for u in nodes if u.size >= rows * len(idx)]
     assert not too_big, f"a (rows x indices) intermediate: {too_big}\n{graph}"
     expected = np.zeros_like(x)

@@ -199,8 +199,8 @@ def test_closed_over_arrays_become_extra_inputs(device):
     f = lambda x: lax.add(x, c)  # noqa: E731
     x = np.array([1, 2, 3], np.float32)
     graph = fnx.make_graph(f)(x)
-    params = sorted((u for u in graph.fn.src[0].toposort if u.op is Ops.PARAM), key=lambda p: p.arg[0])
-    assert [p.arg[0] for p in params] == [0, 1]
+    params = sorted((u for u in graph.fn.src[0].toposort if u.op is Ops.PARAM), key=lambda p: p.arg.slot)
+    assert [p.arg.slot for p in params] == [0, 1]
     assert len(graph.traced.consts) == 1
     assert "p1: f32[3]" in str(graph)
     assert not any(u.op is Ops.BUFFER for u in graph.fn.src[0].toposort)
