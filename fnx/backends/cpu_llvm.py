@@ -240,7 +240,7 @@ class CPUExecutable(Executable):
         self.target = device.target
         modules = _Modules(compiler, device.renderer)  # LLVM compiles the first kernels while later ones are lowered
         with _quick_gil_handoffs():
-            self.lowering: Lowering = lower(fn, self.target, emit=modules.add, measure=kernel_timers(compiler))
+            self.lowering: Lowering = lower(fn, self.target, emit=modules.add, measure=device.kernel_timers())
             engine_of, self.modules = modules.finish()
         self.source = "\n\n".join(modules.sources)
         if config.debug >= 3:
@@ -512,6 +512,9 @@ class CPUDevice(Device):
 
     def executable(self, fn: UOp) -> CPUExecutable:
         return CPUExecutable(fn, self)
+
+    def kernel_timers(self):
+        return kernel_timers(self.compiler)
 
 
 register_runtime(Runtime("cpu", lambda: config.cpu_devices, lambda i: CPUDevice(i, config.cpu_devices)))

@@ -542,6 +542,11 @@ class Device:
         """Kernel `name` of a binary the compiler made (used by the generic replay)."""
         raise NotImplementedError
 
+    def kernel_timers(self) -> Callable | None:
+        """What FNX_BEAM times schedules with: `measure(kernel, target)` returns `timer(kernels) -> seconds` that
+        runs them on this device; None when the device cannot time kernels (BEAM then keeps the heuristics)."""
+        return None
+
     def compile(self, fn: UOp) -> Executable:
         """The cached Executable of FUNCTION `fn` on this device (compiled on first use)."""
         key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), self.name)  # unused inputs count too

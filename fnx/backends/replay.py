@@ -19,7 +19,7 @@ class ReplayExecutable(Executable):
 
     def __init__(self, fn: UOp, device: Device):
         self.fn, self.device, self._device = fn, device.name, device
-        self.lowering = lower(fn, device.target)
+        self.lowering = lower(fn, device.target, measure=device.kernel_timers())
         schedule = self.lowering.schedule
         self.buffers, self.output_ids = schedule.buffers, list(schedule.outputs)
         kernels = [(k, lines) for k, lines in self.lowering.kernels if lines is not None]
