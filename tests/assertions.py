@@ -55,3 +55,20 @@ def random_schedule(draw_index, tries: int = 4, most: int = 4, applied: list | N
         if applied is not None: applied.append((kernel.name, opts))
         return opts
     return choose
+
+
+def one_action(action, applied: list | set | None = None):
+    """A schedule chooser applying just `action` (its axis taken modulo the kernel's loops) where it applies and
+    nothing elsewhere; adds each applied Opt to `applied` when given."""
+    from fnx.lower.optimize import Opt, OptError, apply_opt
+
+    def choose(kernel, target):
+        axes = len(kernel.ranges) + len(kernel.reduce_ranges)
+        opt = Opt(action.op, action.axis % axes if axes else 0, action.amount)
+        try:
+            apply_opt(kernel, opt)
+        except OptError:
+            return []
+        if applied is not None: applied.add(action) if isinstance(applied, set) else applied.append(opt)
+        return [opt]
+    return choose

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 import fake_backend
 import fnx
 import fnx.numpy as jnp
-from assertions import assert_tree_close, mlp_loss, random_schedule
+from assertions import assert_tree_close, mlp_loss, one_action, random_schedule
 from fnx import lax, nn, tree_util
 from fnx.backends import interp
 from fnx.backends.device import Launch, ObjectCache, get_device
 from fnx.errors import UnsupportedError
-from fnx.lower.optimize import Opt, OptError, apply_opt, schedule_override
+from fnx.lower.optimize import Opt, schedule_override
 from fnx.uop import GroupOp, Ops
 
 RNG = np.random.default_rng(0)
@@ -411,16 +411,7 @@ def test_each_schedule_action_matches_the_oracle():
     used, sources = set(), []
     for name in PROGRAMS:
         for action in ACTIONS:
-            def choose(kernel, target, action=action):
-                axes = len(kernel.ranges) + len(kernel.reduce_ranges)
-                opt = Opt(action.op, action.axis % axes if axes else 0, action.amount)
-                try:
-                    apply_opt(kernel, opt)
-                except OptError:
-                    return []
-                used.add(action)
-                return [opt]
-            sources.append(_scheduled(name, choose))
+            sources.append(_scheduled(name, one_action(action, used)))
     assert used == set(ACTIONS)
     source = "\n".join(sources)
     assert [what for what, pattern in RENDERED.items() if not re.search(pattern, source)] == []

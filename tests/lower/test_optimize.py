@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assertions import random_schedule
+from assertions import one_action, random_schedule
 import fnx
 import fnx.numpy as jnp
 from fnx.backends import interp
@@ -105,17 +105,7 @@ SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1
 @pytest.mark.parametrize("action", SINGLE, ids=repr)
 def test_each_action_alone_matches_the_oracle(name, action):
     applied = []
-
-    def choose(kernel, target):
-        axes = len(kernel.ranges) + len(kernel.reduce_ranges)
-        opt = Opt(action.op, action.axis % axes if axes else 0, action.amount)
-        try:
-            apply_opt(kernel, opt)
-        except OptError:
-            return []
-        applied.append(opt)
-        return [opt]
-    _check(name, choose)
+    _check(name, one_action(action, applied))
 
 
 def test_the_single_actions_do_apply_somewhere():
