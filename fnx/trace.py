@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fnx import dtypes, tree_util
-from fnx.backends.device import Buffer, Device, Executable, LRUCache, SingleDeviceSharding, get_device
+from fnx.backends.device import (Buffer, Device, Executable, LRUCache, SingleDeviceSharding, device_of,
+                                 get_device)
 from fnx.config import config
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, ShapeError, UnexpectedTracerError, at_user_line, user_frame
@@ -165,7 +166,9 @@ class Array:
             if state.bindings:
                 return np.asarray(Array(realize([substitute(self.uop, state.bindings)])[0]).__array__())
             self.uop = realize([self.uop])[0]
-        return self._buffer.numpy(self._shape)  # read-only, as every buffer's host array: arrays are immutable
+        buffer = self._buffer  # read back through its device's allocator (host memory: a read-only view, no copy)
+        if buffer.is_deleted: raise buffer.deleted_error(self._shape)
+        return device_of(buffer).allocator.copyout(buffer).reshape(self._shape)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         value = self._value()

@@ -623,6 +623,16 @@ def get_device(device: str) -> Device:
     return _runtimes[platform].device(int(ordinal))
 
 
+_holding: dict[str, Device] = {}
+
+
+def device_of(buffer: Buffer) -> Device:
+    """The Device whose memory holds `buffer` (it exists: the buffer was made there; looked up once per name)."""
+    device = _holding.get(buffer.device)
+    if device is None: device = _holding[buffer.device] = get_device(buffer.device)
+    return device
+
+
 def platform_devices(platform: str) -> list[Device]:
     """Every device of a platform, in ordinal order."""
     if platform not in _runtimes:
