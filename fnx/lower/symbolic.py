@@ -56,6 +56,16 @@ algebra = PatternMatcher([
      lambda c: c.src[0] if c.src[0].dtype.is_bool else None),
 ])
 
+def _reduce_of_broadcast(r: UOp, e: UOp) -> UOp | None:
+    """A reduction of an array broadcast along axes it keeps is the reduction of the smaller array, broadcast:
+    each output element reduces the same values in the same order, once instead of once per copy (the cotangent
+    of a sum, ones @ w.T, reduced every row of w again for each of the batch's rows)."""
+    x, axes = e.src[0], r.arg.axes
+    if any(x.shape[a] != e.shape[a] for a in axes): return None  # a reduced axis is broadcast: not this rule
+    small = UOp(Ops.REDUCE, r.dtype, (x,), r.arg)
+    return UOp(Ops.EXPAND, r.dtype, (small,), r.shape)
+
+
 def _reduce_of_const(r: UOp, c: UOp) -> UOp | None:
     """A reduction of a constant array is a constant: n copies of v sum to n * v, rounded once (as JAX folds
     `jnp.ones((10**6, 10**6)).sum()` instead of running 10^12 additions); integers wrap as the loop would."""
@@ -78,6 +88,7 @@ def _reduce_of_const(r: UOp, c: UOp) -> UOp | None:
 # rules for array graphs: merge and drop movement ops, fold movement of constants
 movement = PatternMatcher([
     (UPat(Ops.REDUCE, src=(UPat.cvar("c"),), name="r"), _reduce_of_const),
+    (UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, name="e"),), name="r"), _reduce_of_broadcast),
     (UPat(GroupOp.Movement, src=(UPat.cvar("c"),), name="m"), _movement_of_const),
     (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, name="x"),), name="r"), _reshape_merge),
     (UPat({Ops.RESHAPE, Ops.EXPAND}, name="r", predicate=lambda u: u.arg == u.src[0].shape), lambda r: r.src[0]),
