@@ -16,6 +16,7 @@ import ctypes
 import datetime
 import functools
 import json
+import math
 import os
 import platform
 import sys
@@ -417,8 +418,97 @@ def w7_first_call():
                     "implementation": "fnx", "seconds": warm}]
 
 
+GPT = dict(layers=2, d=128, heads=4, seq=64, batch=16, vocab=256)
+
+
+def _gpt_params(rng) -> dict:
+    """A small GPT: token and position embeddings (the token one tied to the output), per layer a pre-norm
+    attention block and a pre-norm GELU MLP block (4x wide)."""
+    d, v, t = GPT["d"], GPT["vocab"], GPT["seq"]
+    normal = lambda *shape: (rng.standard_normal(shape) * 0.02).astype(np.float32)  # noqa: E731
+    p = {"wte": normal(v, d), "wpe": normal(t, d), "lnf_g": np.ones(d, np.float32), "lnf_b": np.zeros(d, np.float32)}
+    for i in range(GPT["layers"]):
+        p.update({f"ln1_g{i}": np.ones(d, np.float32), f"ln1_b{i}": np.zeros(d, np.float32),
+                  f"qkv{i}": normal(d, 3 * d), f"proj{i}": normal(d, d),
+                  f"ln2_g{i}": np.ones(d, np.float32), f"ln2_b{i}": np.zeros(d, np.float32),
+                  f"fc{i}": normal(d, 4 * d), f"fc_b{i}": np.zeros(4 * d, np.float32), f"out{i}": normal(4 * d, d)})
+    return p
+
+
+def _gpt_step(lib, nn_lib, grad_fn):
+    """One SGD step of next-token cross-entropy, written once for fnx and JAX (`lib` is their numpy)."""
+    h_, t = GPT["heads"], GPT["seq"]
+
+    def layernorm(x, g, b):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / lib.sqrt(var + 1e-5) * g + b
+
+    def loss(p, tokens, targets):
+        b, d = tokens.shape[0], p["wte"].shape[1]
+        x = p["wte"][tokens] + p["wpe"][None, :t]
+        mask = lib.tril(lib.ones((t, t), bool)) if hasattr(lib, "tril") else lib.arange(t)[:, None] >= lib.arange(t)
+        for i in range(GPT["layers"]):
+            qkv = layernorm(x, p[f"ln1_g{i}"], p[f"ln1_b{i}"]) @ p[f"qkv{i}"]
+            q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(b, t, h_, d // h_).transpose(0, 2, 1, 3) for j in range(3))
+            scores = lib.where(mask, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d // h_), -1e9)  # (a Python float: weak)
+            att = (nn_lib.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+            x = x + att @ p[f"proj{i}"]
+            hidden = nn_lib.gelu(layernorm(x, p[f"ln2_g{i}"], p[f"ln2_b{i}"]) @ p[f"fc{i}"] + p[f"fc_b{i}"])
+            x = x + hidden @ p[f"out{i}"]
+        logits = layernorm(x, p["lnf_g"], p["lnf_b"]) @ p["wte"].T
+        logp = nn_lib.log_softmax(logits, axis=-1)
+        return -lib.mean(lib.take_along_axis(logp, targets[..., None], axis=-1))
+
+    def step(p, tokens, targets):
+        value, g = grad_fn(loss)(p, tokens, targets)
+        return {k: p[k] - 0.1 * g[k] for k in p}, value
+    return step
+
+
+def w9_gpt_step():
+    rng = np.random.default_rng(0)
+    params = _gpt_params(rng)
+    data = rng.integers(0, GPT["vocab"], (GPT["batch"], GPT["seq"] + 1)).astype(np.int32)
+    tokens, targets = data[:, :-1], data[:, 1:]
+    f = fnx.jit(_gpt_step(jnp, fnx.nn, fnx.value_and_grad))
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    res = {"fnx": best(lambda: block(f(p, jnp.asarray(tokens), jnp.asarray(targets))[1]), repeat=5)}
+    if jax:
+        jf = jax.jit(_gpt_step(jjnp, jax.nn, jax.value_and_grad))
+        jp = {k: jjnp.asarray(v) for k, v in params.items()}
+        jt, jy = jjnp.asarray(tokens), jjnp.asarray(targets)
+        np.testing.assert_allclose(float(f(p, jnp.asarray(tokens), jnp.asarray(targets))[1]),
+                                   float(jf(jp, jt, jy)[1]), rtol=1e-4)
+        res["jax"] = best(lambda: jf(jp, jt, jy)[1].block_until_ready(), repeat=5)
+    shape = "{layers} layers d={d} {heads} heads seq {seq} b{batch}".format(**GPT)
+    return report(f"W9 GPT train step {shape}", res, f"fnx {1 / res['fnx']:.0f} steps/s")
+
+
+def w10_layernorm_chain():
+    """Eight layernorm + residual steps on (4096, 1024): each 4 KB row of all eight fits in L1, so the chain needs
+    one read and one write of the array (32 MB) if fused row by row."""
+    x_np = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+
+    def chain(lib):
+        def f(x):
+            for _ in range(8):
+                mean = x.mean(-1, keepdims=True)
+                y = (x - mean) / lib.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+                x = x + 0.5 * y
+            return x
+        return f
+    f = fnx.jit(chain(jnp))
+    x = jnp.asarray(x_np)
+    res = {"fnx": best(lambda: block(f(x))), "numpy": best(lambda: chain(np)(x_np), repeat=3)}
+    if jax:
+        jf, jx = jax.jit(chain(jjnp)), jjnp.asarray(x_np)
+        res["jax"] = best(lambda: jf(jx).block_until_ready())
+    return report("W10 layernorm+residual x8 (4096,1024)", res, bytes_moved=2 * x_np.nbytes)
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
-             "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn}
+             "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:

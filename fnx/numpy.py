@@ -1319,6 +1319,13 @@ def matmul(a: Any, b: Any) -> Array:
         raise ShapeError(at_user_line(f"matmul: contracting dimensions differ: {shape_str(x, y)} "
                                       f"({x.shape[-1]} != {y.shape[-2]})"))
     batch = broadcast_shapes(x.shape[:-2], y.shape[:-2], name="matmul")
+    if y.ndim == 2 and x.ndim > 2:
+        # only x has batch axes: they are more rows of one matrix product, as JAX's dot_general treats them (a
+        # broadcast copy of y per batch element made its gradient a product per element and then a sum over them)
+        rows = lax.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]))
+        out = lax.dot_general(rows, y, (((1,), (0,)), ((), ())))
+        shape = x.shape[:-1] + (() if vec_y else (y.shape[-1],))
+        return with_weak(lax.reshape(out, shape), weak)
     x, y = _broadcast(x, batch + x.shape[-2:]), _broadcast(y, batch + y.shape[-2:])
     nb = len(batch)
     out = lax.dot_general(x, y, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))

@@ -234,7 +234,13 @@ class KernelBuilder:
         seen = self.seen_at.setdefault((self.nest, u), set())
         seen.add(idx)
         if len(seen) > 1 and element_flops(u, self.schedule.realized, 1) > 1: raise _Realize(u)
-        if u.size > 1 and self.repeats(idx) > 1 and element_flops(u, self.schedule.realized, 8) > 8: raise _Realize(u)
+        repeats = self.repeats(idx) if u.size > 1 else 1
+        if repeats > 1 and element_flops(u, self.schedule.realized, 8) > 8: raise _Realize(u)
+        # inside a reduction, an operand that does not vary along some of its loops (a matmul's A along the output
+        # columns) is recomputed in each of their iterations: a layernorm feeding a weight gradient ran per
+        # multiply-add. It gets a buffer when that costs less than the copies
+        if repeats > 1 and self.nest is not self.top and recompute_costs_more(u, repeats, self.schedule.realized):
+            raise _Realize(u)
 
     def compute(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         """Node u's element at idx from its sources (the kernel's own root is computed, never loaded)."""

@@ -409,6 +409,37 @@ def test_a_reduction_of_a_broadcast_is_done_once():
     assert all(k.work <= 48 * 16 for k in kernels if k.reduce_ranges), [(k.name, k.work) for k in kernels]
     check(f, w, want=np.broadcast_to(w.astype(np.float64).sum(1), (64, 48)))
 
+
+def test_a_cheap_operand_of_a_matmul_is_computed_once_not_per_column():
+    """(a * s + c) @ b: the elementwise producer of A does not vary along the output's columns, so fused into the
+    reduction it ran once per multiply-add (a layernorm feeding a weight gradient: 4x the matmul's work). It gets
+    a buffer when that costs less than the copies: the schedule's FLOPs are the matmul's plus one pass over A."""
+    rng = np.random.default_rng(14)
+    m, k, n = 32, 24, 40
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    s, c = rng.standard_normal(k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    f = lambda a, b, s, c: (a * s + c) @ b  # noqa: E731
+    kernels = kernels_of(f, a, b, s, c)
+    assert sum(kern.flops for kern in kernels) <= 1.2 * (2 * m * k * n + 2 * m * k), [kern.name for kern in kernels]
+    want = (a.astype(np.float64) * s + c) @ b
+    np.testing.assert_allclose(run_on("cpu", f, a, b, s, c), want, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_rows_times_a_matrix_is_one_matrix_product():
+    """x (b, t, d) @ w (d, n) is one (b*t, d) @ (d, n) product, as JAX's dot_general has it: w was broadcast per
+    batch element, so its gradient was b partial products of (d, n) summed afterwards (a (b, d, n) buffer)."""
+    rng = np.random.default_rng(15)
+    x, w = rng.standard_normal((4, 6, 8)).astype(np.float32), rng.standard_normal((8, 10)).astype(np.float32)
+    grad = fnx.grad(lambda w, x: jnp.sin(x @ w).sum())
+    schedule = rangeify(callify(fnx.make_graph(grad)(w, x).fn))
+    assert max(spec.size for spec in schedule.buffers) < 4 * 8 * 10, [spec.size for spec in schedule.buffers]
+    with fnx.default_device("cpu"):
+        got = np.asarray(fnx.jit(grad)(w, x))
+    x64 = x.astype(np.float64).reshape(-1, 8)
+    np.testing.assert_allclose(got, x64.T @ np.cos(x64 @ w), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(fnx.jit(lambda x, w: x @ w)(x, w)), x.astype(np.float64) @ w, rtol=1e-5,
+                               atol=1e-5)
+
 def test_expensive_value_used_by_two_kernels_is_computed_once():
     x = np.random.default_rng(11).standard_normal((10, 6)).astype(np.float32)
     f = lambda x: (jnp.exp(x).sum(axis=0), jnp.exp(x).sum(axis=1))  # noqa: E731
