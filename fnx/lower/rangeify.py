@@ -37,6 +37,7 @@ from fnx.lower.symbolic import simplify_kernel
 from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp, postorder
 
 INDEX = dtypes.int64
+CHEAP_FLOPS = 3               # a kept value this cheap to recompute is fused again where that saves a kernel
 FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its consumer: it should still be in cache
 
 
@@ -522,9 +523,25 @@ def rangeify(fn: UOp) -> Schedule:
     while True:
         schedule = _split(fn, plan)
         more = _recomputed(plan, schedule.realized)
-        if not more: return schedule
+        if not more: return _unkeep_cheap(fn, plan, schedule)
         stash = {u for u in more if u not in plan.stash and _stashable(u, plan.computed_in[u])}
         plan = _Plan(plan.keep | (more - stash), plan.stash | stash)
+
+
+def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule) -> Schedule:
+    """The split again without the kept values that have become cheap, when that split needs no more buffers.
+
+    A value chosen in an early round, while its cone still held work that later rounds gave buffers of their own,
+    can end up a subtraction between two loads: `x - mean` of a layernorm kept in a chain of them cost a kernel and
+    a pass over memory per layer (the first four of eight layers took two kernels each, the last four one)."""
+    realized = set(schedule.realized)
+    cheap = {u for u in plan.keep if u.op is not Ops.REDUCE and element_flops(u, realized - {u}, CHEAP_FLOPS)
+             <= CHEAP_FLOPS}
+    if not cheap: return schedule
+    trial_plan = _Plan(plan.keep - cheap, plan.stash)
+    trial = _split(fn, trial_plan)
+    if _recomputed(trial_plan, trial.realized) or len(trial.kernels) >= len(schedule.kernels): return schedule
+    return trial
 
 
 def _split(fn: UOp, plan: _Plan) -> Schedule:

@@ -478,6 +478,25 @@ def test_chain_of_normalizations_costs_linear_flops():
     assert len(schedule_of(normalizations(24), x).kernels) <= 2 * 24
 
 
+
+def _layernorm_residuals(x):
+    for _ in range(8):
+        mean = x.mean(-1, keepdims=True)
+        x = x + 0.5 * (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    return x
+
+
+def test_layernorm_residual_chain_is_one_kernel_per_step():
+    """bench W10's chain: x - mean kept in an early round of the split (while its cone was still fused work) cost
+    the first four steps a second kernel and pass over memory each; once cheap it is fused again."""
+    x = np.random.default_rng(16).standard_normal((64, 48)).astype(np.float32)
+    assert len(kernels_of(_layernorm_residuals, x)) == 8
+    want = x.astype(np.float64)
+    for _ in range(8):
+        d = want - want.mean(-1, keepdims=True)
+        want = want + 0.5 * d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(run_on("cpu", _layernorm_residuals, x), want, rtol=1e-4, atol=1e-4)
+
 def test_chain_of_normalizations_matches_numpy(device):
     x = np.random.default_rng(12).standard_normal((16, 24)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(fnx.jit(normalizations(7))(x)), normalizations_numpy(x, 7),
