@@ -31,6 +31,7 @@ Departures from jax.random:
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -41,7 +42,7 @@ from fnx import lax
 from fnx import numpy as jnp
 from fnx.dtypes import DType
 from fnx.errors import at_user_line
-from fnx.trace import Array, eager_op
+from fnx.trace import Array, Traced, eager_op, inline, state, trace
 
 __all__ = ["PRNGKey", "key", "key_data", "wrap_key_data", "threefry_2x32", "split", "fold_in", "bits", "uniform",
            "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical", "permutation", "choice"]
@@ -714,13 +715,33 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Shape | None = Non
 # ---- permutations: a stable bitonic sorting network ----
 
 def _stable_argsort(keys: Array, axis: int) -> Array:
-    """The int32 permutation that stably sorts `keys` along `axis` (ascending; equal keys keep their order).
+    """The int32 permutation that stably sorts `keys` along `axis` (ascending; equal keys keep their order)."""
+    moved = jnp.moveaxis(keys, axis, -1)
+    traced = _argsort_network(moved.shape, moved.uop.dtype, moved.uop.device or state.default_device)
+    return jnp.moveaxis(Array(inline(traced, list(traced.body.src), [moved])[0]), -1, axis)
+
+
+@functools.lru_cache(maxsize=64)
+def _argsort_network(shape: tuple[int, ...], dtype: DType, device: str) -> Traced:
+    """The sorting network for keys of one shape and dtype on one device (its tables live there), traced once:
+    traced anew, its scan's body got a new tag every call, so each eager permutation was a new graph compiled
+    again (0.45 s for 2,000 elements)."""
+    previous, state.default_device = state.default_device, device
+    try:
+        return trace(_last_axis_argsort, (np.zeros(shape, dtype.np),), device=device, avals=[(shape, dtype, False)],
+                     transform=True, abstract=True, kind="the sorting network of random.permutation")
+    finally:
+        state.default_device = previous
+
+
+def _last_axis_argsort(keys: Array) -> Array:
+    """`_stable_argsort` along the last axis.
 
     A bitonic network over (key, index) pairs, padded to a power of two with pairs that sort last: the pairs are
-    distinct, so the network's result is the unique stable order. Each stage is a reshape into (blocks, 2, half),
-    one compare-exchange, and a reshape back.
+    distinct, so the network's result is the unique stable order. The stages run as a scan over their (width,
+    half) of one compare-exchange body.
     """
-    moved = jnp.moveaxis(keys, axis, -1)
+    moved = keys
     n = moved.shape[-1]
     size = 1 << max(n - 1, 0).bit_length()
     batch = moved.shape[:-1]
@@ -731,34 +752,27 @@ def _stable_argsort(keys: Array, axis: int) -> Array:
         moved = lax.pad(moved, top, pad)
         index = lax.pad(index, np.int32(size), pad)  # padding sorts after every real pair: larger index
         index = jnp.where(lax.broadcasted_iota(dtypes.int32, index.shape, index.ndim - 1) < n, index, np.int32(size))
-    width = 2
-    while width <= size:
-        half = width // 2
-        while half >= 1:
-            moved, index = (lax.optimization_barrier(v) for v in _compare_exchange(moved, index, batch, size, width,
-                                                                                     half))
-            half //= 2
-        width *= 2
-    out = lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index
-    return jnp.moveaxis(out, -1, axis)
+    stages = [(width, half) for width in (1 << b for b in range(1, size.bit_length()))
+              for half in (width >> j for j in range(1, width.bit_length()))]
+    if stages:  # one compiled stage run by a loop: a network of 66 stages was 66 kernels to build and compile
+        widths, halves = (jnp.asarray(np.array(column, np.int32)) for column in zip(*stages))
+        position = lax.broadcasted_iota(dtypes.int32, moved.shape, moved.ndim - 1)
+        (moved, index), _ = lax.scan(lambda carry, stage: (_compare_exchange(*carry, position, *stage), None),
+                                     (moved, index), (widths, halves))
+    return lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index
 
 
-def _compare_exchange(keys: Array, index: Array, batch: tuple[int, ...], size: int, width: int,
-                      half: int) -> tuple[Array, Array]:
-    """One bitonic stage: element i meets i + half inside blocks of 2*half; blocks inside an ascending run of
-    `width` elements put the smaller pair first."""
-    blocks = size // (2 * half)
-    shaped = batch + (blocks, 2, half)
-    k, i = lax.reshape(keys, shaped), lax.reshape(index, shaped)
-    first = lambda x: x[..., 0, :]  # noqa: E731
-    second = lambda x: x[..., 1, :]  # noqa: E731
-    ka, kb, ia, ib = first(k), second(k), first(i), second(i)
-    a_after_b = jnp.logical_or(jnp.less(kb, ka), jnp.logical_and(jnp.equal(ka, kb), jnp.less(ib, ia)))
-    ascending = ((np.arange(blocks) * 2 * half) & width) == 0
-    swap = jnp.where(jnp.array(ascending[:, None]), a_after_b, jnp.logical_not(a_after_b))
-    new_k = jnp.stack([jnp.where(swap, kb, ka), jnp.where(swap, ka, kb)], axis=-2)
-    new_i = jnp.stack([jnp.where(swap, ib, ia), jnp.where(swap, ia, ib)], axis=-2)
-    return lax.reshape(new_k, batch + (size,)), lax.reshape(new_i, batch + (size,))
+def _compare_exchange(keys: Array, index: Array, position: Array, width: Array, half: Array) -> tuple[Array, Array]:
+    """One bitonic stage on (key, index) pairs along the last axis: element p meets p ^ half; inside a run of
+    `width` elements that ascends (p & width == 0) the lower position keeps the smaller pair, else the larger.
+    Written with a gather of the partner, so every stage has the same shapes and one compiled body runs them all."""
+    partner = jnp.bitwise_xor(position, half)
+    other_key, other_index = jnp.take_along_axis(keys, partner, -1), jnp.take_along_axis(index, partner, -1)
+    partner_first = jnp.logical_or(jnp.less(other_key, keys),
+                                   jnp.logical_and(jnp.equal(other_key, keys), jnp.less(other_index, index)))
+    keep_smaller = jnp.equal(jnp.less(position, partner), jnp.equal(jnp.bitwise_and(position, width), 0))
+    take = jnp.where(keep_smaller, partner_first, jnp.logical_not(partner_first))
+    return jnp.where(take, other_key, keys), jnp.where(take, other_index, index)
 
 
 def _shuffle(key: Array, x: Array, axis: int) -> Array:

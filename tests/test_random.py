@@ -254,6 +254,20 @@ def test_permutation_is_a_permutation(device):
     assert all(sorted(r.tolist()) == x[i].tolist() for i, r in enumerate(rows))
 
 
+
+def test_eager_permutation_compiles_once(jr):
+    """The sorting network is one scanned stage traced once per shape: a second eager call builds the same graph
+    and reuses its executable (the unrolled network was 66 kernels to compile; a scan traced per call compiled anew
+    each time). Results stay JAX's bits."""
+    from fnx.backends.device import _executables
+    first = random.permutation(random.PRNGKey(1), 2000)
+    compiled = len(_executables)
+    second = random.permutation(random.PRNGKey(2), 2000)
+    assert len(_executables) == compiled
+    assert_bits_equal(first, jr.permutation(jr.PRNGKey(1), 2000))
+    assert_bits_equal(second, jr.permutation(jr.PRNGKey(2), 2000))
+    assert_bits_equal(fnx.jit(lambda k: random.permutation(k, 2000))(random.PRNGKey(2)), second)
+
 def test_randint_and_bernoulli_ranges():
     r = np.asarray(random.randint(random.PRNGKey(0), (10_000,), -3, 4))
     assert r.min() == -3 and r.max() == 3
