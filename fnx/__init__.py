@@ -9,6 +9,9 @@ from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
 from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
 from fnx.transforms.vmap import vmap
 from fnx.transforms.jit import jit, make_graph
+from fnx.transforms.shard_map import shard_map
+from fnx import sharding  # noqa: E402
+from fnx.sharding import make_mesh
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import nn, optim, random  # noqa: E402
@@ -18,7 +21,7 @@ from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the in
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
            "device_put", "devices", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax",
            "linearize", "load", "local_devices", "make_graph", "nn", "numpy", "optim", "random", "remat", "save",
-           "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
+           "shard_map", "sharding", "make_mesh", "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):

@@ -15,6 +15,7 @@ from fnx import tree_util
 from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, get_device, platform_devices
 from fnx.backends.device import platform_of
 from fnx.errors import at_user_line
+from fnx.sharding.sharding import NamedSharding, PartitionSpec, as_named, shard_host_value
 from fnx.trace import Array, realize, state, to_array
 from fnx.uop import Ops, UOp
 
@@ -42,12 +43,16 @@ def device_name(device: Any) -> str:
 
 
 def device_put(x: Any, device: Any = None) -> Any:
-    """Place the arrays of pytree `x` on `device` (a Device or a name like 'cpu:1'; default: the default device).
+    """Place the arrays of pytree `x` on `device` (a Device or a name like 'cpu:1'; default: the default device),
+    or lay them out over a mesh by a NamedSharding (or a PartitionSpec inside `with mesh:`).
 
     An Array already there is returned as is. One on another device is copied there: a COPY node, which eager
     code runs at once as a transfer and jit keeps in the graph. numpy arrays and Python scalars are copied from
     the host (the caller may change them afterwards).
     """
+    if isinstance(device, (NamedSharding, PartitionSpec)):
+        sharding = as_named(device, "device_put")
+        return tree_util.tree_map(lambda leaf: _put_sharded(leaf, sharding), x)
     try:
         target = device_name(device) if device is not None else state.default_device
     except ValueError as err:
@@ -73,6 +78,31 @@ def device_put(x: Any, device: Any = None) -> Any:
         buf = get_device(target).allocator.from_numpy(value)
         return Array.from_buffer(buf, tuple(value.shape), weak)
     return tree_util.tree_map(put, x)
+
+
+def _put_sharded(leaf: Any, sharding: NamedSharding) -> Array:
+    """`leaf` laid out over a mesh: a COPY to the sharding under a trace (the partitioner reshards there), else
+    each device gets a copy of its shard."""
+    if state.depth:
+        a = to_array(leaf)
+        try:
+            sharding.check(a.shape, "device_put")
+        except ValueError as err:
+            raise ValueError(at_user_line(str(err))) from None
+        return Array(UOp(Ops.COPY, a.uop.dtype, (a.uop,), sharding), a.weak_type)
+    if isinstance(leaf, Array):
+        buffer = leaf._buffer
+        if buffer is not None and buffer.is_sharded and buffer.sharding == sharding: return leaf
+        value, weak = np.asarray(leaf), leaf.weak_type
+    else:
+        array = to_array(leaf) if not hasattr(leaf, "shape") else None
+        value = np.asarray(array) if array is not None else np.array(leaf, copy=True)
+        weak = array.weak_type if array is not None else False
+    try:
+        sharded = shard_host_value(value, sharding)
+    except ValueError as err:
+        raise ValueError(at_user_line(str(err))) from None
+    return Array.from_buffer(sharded, tuple(value.shape), weak)
 
 
 @contextlib.contextmanager

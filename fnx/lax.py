@@ -541,7 +541,7 @@ argmin = _arg_extreme("argmin", False)
 def _axis_size(axis_name: str, op: str) -> int:
     if axis_name not in state.axis_sizes:
         raise NameError(at_user_line(f"{op}: unbound axis name {axis_name!r}; collectives need an enclosing "
-                                     f"vmap(..., axis_name={axis_name!r})"))
+                                     f"vmap(..., axis_name={axis_name!r}) or shard_map over a mesh with that axis"))
     return state.axis_sizes[axis_name]
 
 
@@ -550,11 +550,38 @@ def _axis_names(axis_name: Any) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
 
 
-def _collective(kind: str, x: Any, axis_name: Any, axis: int = 0) -> Array:
+def _total_size(axis_name: Any, op: str) -> int:
+    """The size of a named axis, or the product of the sizes of a tuple of them."""
+    return math.prod(_axis_size(name, op) for name in _axis_names(axis_name))
+
+
+def _one_axis_name(axis_name: Any, op: str) -> str:
+    """The single name of a collective that fnx runs over one named axis at a time."""
+    names = _axis_names(axis_name)
+    if len(names) != 1:
+        raise UnsupportedError(at_user_line(f"{op} over several axis names {axis_name!r} is not supported: use one "
+                                            "name at a time"))
+    return names[0]
+
+
+def _no_groups(axis_index_groups: Any, op: str) -> None:
+    if axis_index_groups is not None:
+        raise UnsupportedError(at_user_line(f"{op}: axis_index_groups is not supported (got {axis_index_groups!r})"))
+
+
+def _check_chunks(op: str, what: str, a: Array, axis: int, axis_name: Any, size: int, tiled: bool) -> None:
+    """Tiled collectives split `axis` into `size` chunks; untiled ones need it to have exactly `size` entries."""
+    if a.shape[axis] % size if tiled else a.shape[axis] != size:
+        need = "be divisible by" if tiled else "equal"
+        raise ValueError(at_user_line(f"{op}: {what} {axis} of an array of shape {a.shape} must {need} the size "
+                                      f"{size} of axis name {axis_name!r} (tiled={tiled})"))
+
+
+def _collective(kind: str, x: Any, axis_name: Any, axis: int = 0, perm: tuple = (), split_axis: int = 0) -> Array:
     a = to_array(x)
-    for name in _axis_names(axis_name):  # psum/pmax/pmin over several axes: one after the other
-        size = _axis_size(name, kind)
-        a = Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), CollectiveArg(kind, name, size, axis)), a.weak_type)
+    for name in _axis_names(axis_name):  # over several axes: one after the other
+        arg = CollectiveArg(kind, name, _axis_size(name, kind), axis, perm, split_axis)
+        a = Array(UOp(Ops.COLLECTIVE, a.uop.dtype, (a.uop,), arg), a.weak_type)
     return a
 
 
@@ -573,7 +600,7 @@ pmin = _tree_collective("pmin")
 @eager_op
 def pmean(x, axis_name: Any):
     """The mean of x over the named axis `axis_name` (or a tuple of names)."""
-    size = math.prod(_axis_size(name, "pmean") for name in _axis_names(axis_name))
+    size = _total_size(axis_name, "pmean")
     return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
                               if to_array(leaf).uop.dtype.is_float else _collective("psum", leaf, axis_name) // size, x)
 
@@ -582,9 +609,7 @@ def pmean(x, axis_name: Any):
 def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Any:
     """Every example's x (an array or a pytree of them), stacked along a new axis `axis` (or concatenated along it
     with tiled=True)."""
-    if len(_axis_names(axis_name)) != 1:  # jax.vmap does not batch it either
-        raise UnsupportedError(at_user_line(f"all_gather over several axis names {axis_name!r}: gather over one "
-                                            "name at a time"))
+    _one_axis_name(axis_name, "all_gather")  # jax.vmap does not batch it over several either
 
     def gather(leaf):
         a = to_array(leaf)
@@ -593,6 +618,129 @@ def all_gather(x, axis_name: str, axis: int = 0, tiled: bool = False) -> Any:
         if not tiled: return out
         return reshape(out, a.shape[:where] + (out.shape[where] * a.shape[where],) + a.shape[where + 1:])
     return tree_util.tree_map(gather, x)
+
+
+@eager_op
+def psum_scatter(x, axis_name: Any, *, scatter_dimension: int = 0, axis_index_groups=None,
+                 tiled: bool = False) -> Any:
+    """The psum of x over the named axis, of which each example keeps only its own chunk (jax.lax.psum_scatter).
+
+    Args:
+      x: an array or a pytree of them.
+      axis_name: a named axis of size n, or a tuple of names (their row-major product).
+      scatter_dimension: the axis split into n chunks, example k keeping chunk k. Untiled, its size must be n
+        and it is removed; tiled, its size must be divisible by n and it shrinks n-fold.
+      axis_index_groups: not supported (None).
+      tiled: keep the rank (see scatter_dimension).
+
+    Returns:
+      This example's chunk of the sum over all examples.
+
+    Example:
+      >>> fnx.vmap(lambda x: lax.psum_scatter(x, "i"), axis_name="i")(np.arange(16.0).reshape(4, 4))
+      Array([24., 28., 32., 36.], dtype=float64)
+    """
+    _no_groups(axis_index_groups, "psum_scatter")
+    size = _total_size(axis_name, "psum_scatter")
+
+    def scatter(leaf):
+        a = to_array(leaf)
+        axis = normalize_axes(scatter_dimension, a.ndim, "psum_scatter")[0]
+        _check_chunks("psum_scatter", "scatter_dimension", a, axis, axis_name, size, tiled)
+        out = _collective("psum_scatter", a, axis_name, axis)  # over several names: chunks of chunks, row-major
+        return out if tiled else reshape(out, a.shape[:axis] + a.shape[axis + 1:])
+    return tree_util.tree_map(scatter, x)
+
+
+def _checked_perm(perm: Any, axis_name: Any, size: int) -> tuple[tuple[int, int], ...]:
+    """ppermute's `perm` as (source, destination) int pairs in [0, size), no source or destination twice."""
+    try:
+        pairs = tuple((operator.index(src), operator.index(dst)) for src, dst in perm)
+    except (TypeError, ValueError):
+        raise ValueError(at_user_line(f"ppermute: perm must be a sequence of (source, destination) pairs of ints, "
+                                      f"got {perm!r}")) from None
+    sources, destinations = [s for s, _ in pairs], [d for _, d in pairs]
+    if any(not 0 <= i < size for i in sources + destinations) or len(set(sources)) != len(sources) \
+            or len(set(destinations)) != len(destinations):
+        raise ValueError(at_user_line(f"ppermute: perm {perm!r} over axis name {axis_name!r} of size {size} needs "
+                                      f"indices in [0, {size}) and no source or destination twice"))
+    return pairs
+
+
+@eager_op
+def ppermute(x, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
+    """Send x between the examples of the named axis (jax.lax.ppermute).
+
+    Args:
+      x: an array or a pytree of them.
+      axis_name: a named axis.
+      perm: (source, destination) pairs of example indices: example `destination` gets example `source`'s x.
+        No two pairs share a source or a destination; examples that are no pair's destination get zeros.
+
+    Returns:
+      The x of the example that sends to this one (zeros if none does).
+
+    Example:
+      >>> ring = [(j, (j + 1) % 4) for j in range(4)]
+      >>> fnx.vmap(lambda x: lax.ppermute(x, "i", ring), axis_name="i")(np.arange(4.0))
+      Array([3., 0., 1., 2.], dtype=float64)
+    """
+    name = _one_axis_name(axis_name, "ppermute")
+    pairs = _checked_perm(perm, name, _axis_size(name, "ppermute"))
+    return tree_util.tree_map(lambda leaf: _collective("ppermute", leaf, name, perm=pairs), x)
+
+
+@eager_op
+def all_to_all(x, axis_name: Any, split_axis: int, concat_axis: int, *, axis_index_groups=None,
+               tiled: bool = False) -> Any:
+    """Exchange chunks between the examples of the named axis (jax.lax.all_to_all): every example splits x into
+    n chunks along `split_axis` and sends chunk k to example k, which concatenates what it gets, in example order,
+    along `concat_axis`.
+
+    Args:
+      x: an array or a pytree of them.
+      axis_name: a named axis of size n.
+      split_axis: the axis split into n chunks. Untiled, its size must be n and it is removed; tiled, its size
+        must be divisible by n and it shrinks n-fold.
+      concat_axis: untiled, the position in the result of the new axis of size n (indexed by the sending
+        example); tiled, the axis that grows n-fold.
+      axis_index_groups: not supported (None).
+      tiled: keep the rank (see split_axis and concat_axis).
+
+    Returns:
+      The chunks this example received from every example.
+
+    Example:
+      >>> fnx.vmap(lambda x: lax.all_to_all(x, "i", 0, 0), axis_name="i")(np.arange(4.0).reshape(2, 2))
+      Array([[0., 2.],
+             [1., 3.]], dtype=float64)
+    """
+    _no_groups(axis_index_groups, "all_to_all")
+    name = _one_axis_name(axis_name, "all_to_all")
+    size = _axis_size(name, "all_to_all")
+
+    def exchange(leaf):
+        a = to_array(leaf)
+        split = normalize_axes(split_axis, a.ndim, "all_to_all")[0]
+        concat = normalize_axes(concat_axis, a.ndim, "all_to_all")[0]
+        _check_chunks("all_to_all", "split_axis", a, split, name, size, tiled)
+        if not tiled and split != concat:  # as JAX: a new axis at concat_axis, the tiled exchange, split_axis dropped
+            if split < concat: concat += 1  # (concat_axis counts the result's axes, split_axis already removed)
+            else: split += 1
+            a = reshape(a, a.shape[:concat] + (1,) + a.shape[concat:])
+        out = _collective("all_to_all", a, name, concat, split_axis=split)
+        return out if tiled or split == concat else reshape(out, out.shape[:split] + out.shape[split + 1:])
+    return tree_util.tree_map(exchange, x)
+
+
+def axis_size(axis_name: Any) -> int:
+    """The size of the named axis, or the product of the sizes of a tuple of names, as a Python int
+    (jax.lax.axis_size).
+
+    Example:
+      >>> fnx.vmap(lambda x: x / lax.axis_size("i"), axis_name="i")(np.ones(4))   # [0.25 0.25 0.25 0.25]
+    """
+    return _total_size(axis_name, "axis_size")
 
 
 @eager_op

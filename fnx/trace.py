@@ -128,17 +128,50 @@ class Array:
 
     @property
     def device(self) -> Device:
-        """The Device holding this array (a traced value: the device its graph computes on)."""
+        """The Device holding this array (a traced value: the device its graph computes on); ValueError for an
+        array spread over several devices, as in JAX (read `.devices()` or `.sharding`)."""
+        if self._sharded:
+            raise ValueError(f"this array is spread over {len(self._buffer.shards)} devices: read .devices() or "
+                             ".sharding")
         name = self._buffer.device if self._buffer is not None else self.uop.device
         return get_device(name or state.default_device)
 
+    @property
+    def _sharded(self) -> bool:
+        return self._buffer is not None and self._buffer.is_sharded
+
     def devices(self) -> set[Device]:
-        """The set of devices holding this array (one: fnx arrays are not sharded yet)."""
-        return {self.device}
+        """The set of devices holding this array."""
+        return self._buffer.sharding.device_set if self._sharded else {self.device}
 
     @property
-    def sharding(self) -> SingleDeviceSharding:
-        return SingleDeviceSharding(self.device)
+    def sharding(self) -> Any:
+        """A SingleDeviceSharding, or the NamedSharding of an array laid out over a mesh."""
+        return self._buffer.sharding if self._sharded else SingleDeviceSharding(self.device)
+
+    @property
+    def addressable_shards(self) -> list[Shard]:
+        """This process's pieces of the array: one Shard (device, index, replica_id, data) per device."""
+        if not self._sharded:
+            self.block_until_ready()
+            return [Shard(self.device, tuple(slice(0, n) for n in self._shape), 0, self)]
+        buffer, out, seen = self._buffer, [], {}
+        for device in buffer.mesh.flat_devices:
+            if device.name not in buffer.shards: continue
+            index = buffer.index_of(device)
+            key = tuple((i.start, i.stop) for i in index)
+            replica = seen[key] = seen.get(key, -1) + 1
+            out.append(Shard(device, index, replica, Array.from_buffer(buffer.shards[device.name], buffer.local_shape,
+                                                                       self.weak_type)))
+        return out
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        return not self._sharded or self._buffer.sharding.is_fully_addressable
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return not self._sharded or not any(self._buffer.dims)
 
     @property
     def is_concrete(self) -> bool:
@@ -168,6 +201,7 @@ class Array:
             self.uop = realize([self.uop])[0]
         buffer = self._buffer  # read back through its device's allocator (host memory: a read-only view, no copy)
         if buffer.is_deleted: raise buffer.deleted_error(self._shape)
+        if buffer.is_sharded: return buffer.assemble()
         return device_of(buffer).allocator.copyout(buffer).reshape(self._shape)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
@@ -295,11 +329,26 @@ def parameterize(outs: list[UOp]) -> tuple[UOp, list[UOp]]:
     return UOp(Ops.FUNCTION, dtypes.bool_, (new_body, *buffers)), buffers
 
 
+@dataclass
+class Shard:
+    """One device's piece of an array: `data[...]` is `array[index]`; replica_id counts equal pieces."""
+    device: Device
+    index: tuple[slice, ...]
+    replica_id: int
+    data: Array
+
+
+sharded_runner: list = [None]  # fnx.sharding.spmd's runner of eager ops on sharded arrays (set when it is imported)
+
+
 def realize(outs: list[UOp]) -> list[UOp]:
     """Compute lazy graphs over BUFFERs; returns one BUFFER UOp per output."""
     pending = [u for u in outs if u.op is not Ops.BUFFER]
     if not pending: return outs
     fn, buffers = parameterize(pending)
+    if any(b.arg.buffer.is_sharded for b in buffers):  # arrays laid out over a mesh: the partitioner runs it
+        results = iter(sharded_runner[0](fn, [b.arg.buffer for b in buffers]))
+        return [u if u.op is Ops.BUFFER else next(results) for u in outs]
     devices = {b.device for b in buffers}
     if len(devices) > 1:
         raise ValueError(at_user_line(f"an operation mixes arrays on different devices: {sorted(devices)}; "

@@ -43,7 +43,7 @@ class Ops(enum.Enum):
     COND = enum.auto(); WHILE = enum.auto(); SCAN = enum.auto()  # noqa: E702
     # markers
     CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
-    # collectives over a named (vmapped) axis: arg = CollectiveArg(kind, axis_name, size, axis)
+    # collectives over a named (vmapped) axis: arg = CollectiveArg(kind, axis_name, size, axis, perm, split_axis)
     COLLECTIVE = enum.auto()
     # lowering only: never seen by transforms
     RANGE = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); ACC = enum.auto()  # noqa: E702
@@ -132,12 +132,17 @@ class ScanArg(NamedTuple):
 
 
 class CollectiveArg(NamedTuple):
-    """COLLECTIVE: `kind` (psum, pmax, pmin, all_gather, axis_index) over the vmapped axis `axis_name` of `size`
-    examples; `axis` is where all_gather puts the gathered axis (0 for the others)."""
+    """COLLECTIVE: `kind` (psum, pmax, pmin, all_gather, axis_index, psum_scatter, ppermute, all_to_all) over the
+    named axis `axis_name` of `size` examples. `axis` is where all_gather puts the gathered axis, the axis
+    psum_scatter splits into `size` chunks and the axis all_to_all concatenates along (0 for the others);
+    `perm` holds ppermute's (source, destination) pairs and `split_axis` the axis all_to_all splits. psum_scatter
+    and all_to_all are the tiled forms: fnx.lax builds the untiled ones from them."""
     kind: str
     axis_name: str
     size: int
     axis: int
+    perm: tuple = ()
+    split_axis: int = 0
 
 
 class RangeArg(NamedTuple):
@@ -347,15 +352,13 @@ def _infer_shape(u: UOp) -> Shape | None:
             raise _fail(op, f"bad iota along axis {arg.axis} of shape {arg.shape} of {u.dtype}")
         return tuple(arg.shape)
     if op in GroupOp.Lowering: return ()
-    if op is Ops.COLLECTIVE:
-        if arg.kind == "axis_index": return ()
-        if arg.kind == "all_gather": return src[0].shape[:arg.axis] + (arg.size,) + src[0].shape[arg.axis:]
-        return src[0].shape
+    if op is Ops.COLLECTIVE: return _collective_shape(op, src, arg)
     if op in (Ops.TUPLE, Ops.FUNCTION, Ops.CALL) or op in GroupOp.Control: return None
     if op is Ops.GETTUPLE:
         body = src[0] if src[0].op is Ops.TUPLE else src[0].src[0]
         if not 0 <= arg < len(body.src):
             raise _fail(op, f"index {arg} out of range for a tuple of {len(body.src)}", src[0])
+        if (shapes := getattr(src[0].arg, "out_shapes", None)) is not None: return shapes[arg]  # shard_map: global
         if src[0].op is Ops.SCAN and arg >= src[0].arg.ncarry:  # per-step outputs are stacked along a new axis
             return (src[0].arg.length,) + body.src[arg].shape
         return body.src[arg].shape
@@ -382,6 +385,23 @@ def _infer_shape(u: UOp) -> Shape | None:
     if op in GroupOp.ALU: return _alu_shape(u)
     if op in GroupOp.Marker: return x.shape
     raise _fail(op, "no shape rule for this op", *src)
+
+
+def _collective_shape(op: Ops, src: tuple[UOp, ...], arg: CollectiveArg) -> Shape:
+    if arg.kind == "axis_index": return ()
+    x = src[0]
+    if arg.kind == "all_gather": return x.shape[:arg.axis] + (arg.size,) + x.shape[arg.axis:]
+    if arg.kind not in ("psum_scatter", "all_to_all"): return x.shape
+    # the tiled forms: one axis split into `size` chunks (all_to_all concatenates them along `axis`)
+    split = arg.split_axis if arg.kind == "all_to_all" else arg.axis
+    _check_axes(op, tuple({split, arg.axis}), x.ndim, x)  # (the two may be the same axis)
+    if x.shape[split] % arg.size:
+        raise _fail(op, f"{arg.kind}: axis {split} of shape {x.shape} does not split into {arg.size} chunks (the "
+                        f"size of axis name {arg.axis_name!r})", x)
+    out = list(x.shape)
+    out[split] //= arg.size
+    if arg.kind == "all_to_all": out[arg.axis] *= arg.size
+    return tuple(out)
 
 
 def _movement_shape(op: Ops, x: UOp, arg: Any) -> Shape:

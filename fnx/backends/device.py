@@ -66,6 +66,7 @@ class Buffer:
     deleted: its memory now belongs to that call's output, and reading it raises RuntimeError.
     """
     __slots__ = ("device", "dtype", "size", "_host", "ptr", "ready", "__weakref__")
+    is_sharded = False  # (a fnx.sharding.ShardedBuffer is the memory of an array laid out over a mesh)
 
     def __init__(self, device: str, dtype: DType, size: int, host: np.ndarray | None = None, ptr: int | None = None,
                  ready: Pending | None = None):

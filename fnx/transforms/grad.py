@@ -30,6 +30,7 @@ from fnx.trace import Array, building, inline, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_vjp, scan_vjp, while_vjp
+from fnx.transforms.shard_map import shard_map_vjp
 from fnx.uop import Ops, ParamArg, UOp
 
 # ---- the backward pass over a graph ----
@@ -78,7 +79,10 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
     """Cotangents of a CALL's arguments: through its custom rule, or by differentiating its body."""
     rule, body, args = call.arg, call.src[0], list(call.operands)
     outs = list(body.src)
-    cts = [c if c is not None or not o.dtype.is_float else lax.full(o.shape, 0, o.dtype) for c, o in zip(cts, outs)]
+    shapes = getattr(rule, "out_shapes", None) or [o.shape for o in outs]  # (a shard_map's body is per shard)
+    cts = [c if c is not None or not o.dtype.is_float else lax.full(shape, 0, o.dtype)
+           for c, o, shape in zip(cts, outs, shapes)]
+    if rule.kind == "shard_map": return shard_map_vjp(cts, call, list(operands), backward)
     if rule.kind == "vjp":
         primals = rule.dynamic_args(list(operands))
         out, residuals = rule.fwd(*rule.full_args(primals))
@@ -331,9 +335,14 @@ def _no_grad(g, u, *srcs):
 
 def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
     """psum's transpose is psum; pmax/pmin send the summed cotangent to the extreme examples; all_gather's
-    cotangent for this example is its slice of the summed cotangent."""
+    cotangent for this example is its slice of the summed cotangent. psum_scatter's transpose is the tiled
+    all_gather (every example's chunk k came from chunk k of each example), ppermute's is ppermute with each
+    pair reversed, and all_to_all's is all_to_all with the split and concat axes swapped."""
     kind, name, axis = u.arg.kind, u.arg.axis_name, u.arg.axis
     if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
+    if kind == "psum_scatter": return (lax.all_gather(g, name, axis, tiled=True),)
+    if kind == "ppermute": return (lax.ppermute(g, name, [(dst, src) for src, dst in u.arg.perm]),)
+    if kind == "all_to_all": return (lax.all_to_all(g, name, axis, u.arg.split_axis, tiled=True),)
     total = lax.psum(g, name)
     if kind == "psum": return (total,)
     if kind == "all_gather": return (lax.gather_axis(total, lax.axis_index(name), axis),)

@@ -20,6 +20,7 @@ from fnx.backends.device import Buffer, Executable, get_device
 from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line
+from fnx.sharding import spmd
 from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
 from fnx.uop import BufferArg, Ops, UOp
 
@@ -51,6 +52,7 @@ class Lowered:
     donated: tuple[int, ...] = ()
     arg_names: tuple[str, ...] = ()  # one per flat argument leaf, for Compiled's errors ('x', "params['w']")
     device: str | None = None        # where it was compiled (its Compiled runs there)
+    sharded = False                  # (fnx.sharding.spmd.ShardedLowered runs over a mesh)
 
     def __post_init__(self):  # what every call needs, worked out once
         traced = self.traced
@@ -121,6 +123,7 @@ def _arg_names(signature: inspect.Signature | None, dynamic_numbers: list[int], 
 
 
 def _run(lowered: Lowered, leaves: Sequence) -> Any:
+    if lowered.sharded: return lowered.call(list(leaves))
     device = lowered.device
     inputs = [x._buffer if type(x) is Array and x._buffer is not None and x._buffer.device == device else
               _as_buffer(x, device, p) for x, p in zip(leaves, lowered.params)]
@@ -151,8 +154,10 @@ class Jitted:
     """The callable `fnx.jit(f)` returns. Calling it traces and compiles once per input signature."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], static_argnames: Sequence[str],
-                 donate_argnums: Sequence[int], donate_argnames: Sequence[str] = (), device: str | None = None):
+                 donate_argnums: Sequence[int], donate_argnames: Sequence[str] = (), device: str | None = None,
+                 in_shardings: Any = None, out_shardings: Any = None):
         self.fun, self._device = fun, device
+        self.in_shardings, self.out_shardings = in_shardings, out_shardings
         self._signature = _signature_or_none(fun)
         params = list(self._signature.parameters.values()) if self._signature is not None else []
         self._positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -173,6 +178,10 @@ class Jitted:
         self._cache: dict[Any, Lowered] = {}
         self._fast: dict[Any, Lowered] = {}
         functools.update_wrapper(self, fun)
+
+    def _maybe_sharded(self, leaves: list) -> bool:
+        return self.in_shardings is not None or any(type(x) is Array and x._buffer is not None and
+                                                    x._buffer.is_sharded for x in leaves)
 
     def _argnums(self, what: str, argnums: Sequence[int]) -> tuple[int, ...]:
         """Argument numbers checked against the signature, as JAX does: negative ones count from the end (resolved
@@ -212,8 +221,9 @@ class Jitted:
         (dynamic, dyn_kwargs), static = self._split(args, kwargs)
         leaves, treedef = tree_util.tree_flatten((dynamic, dyn_kwargs))
         avals = tuple(abstract_leaf(x) for x in leaves)
-        device = self._device or _placement(leaves)
-        key = (treedef, avals, static, device)
+        on_mesh = spmd.layout(leaves, dynamic, 0, self.in_shardings) if self._maybe_sharded(leaves) else None
+        device = on_mesh.device if on_mesh is not None else self._device or _placement(leaves)
+        key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device)
         lowered = self._cache.get(key)
         if lowered is None:
             static_pos, static_kw = dict(s for s in static if isinstance(s[0], int)), dict(
@@ -231,6 +241,14 @@ class Jitted:
             donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
             donated = _donated_leaves(donate, static_numbers, dynamic) if donate else ()
             dynamic_numbers = [i for i in range(nargs) if i not in static_numbers]
+            calls = spmd.has_shard_map(traced.fn)
+            if on_mesh is None and (calls or self.out_shardings is not None):
+                mesh = spmd.mesh_of(calls + _shardings_in(self.out_shardings))
+                on_mesh = spmd.Layout(mesh, [((),) * len(a[0]) for a in avals], ())
+            if on_mesh is not None:  # laid out over a mesh: partitioned, run by every device of it
+                lowered = self._cache[key] = spmd.ShardedLowered(traced, on_mesh.mesh, on_mesh.in_dims,
+                                                                 self.out_shardings)
+                return lowered, leaves
             lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, device), donated,
                                                  _arg_names(self._signature, dynamic_numbers, (dynamic, dyn_kwargs)),
                                                  device)
@@ -257,6 +275,11 @@ class Jitted:
     def trace_count(self) -> int:
         """How many distinct signatures were traced (for tests and debugging)."""
         return len(self._cache)
+
+
+def _shardings_in(tree: Any) -> list:
+    """The NamedShardings among the leaves of an out_shardings pytree."""
+    return [s for s in tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "mesh")) if hasattr(s, "mesh")]
 
 
 def _flat_key(args: tuple) -> tuple | None:
@@ -323,8 +346,12 @@ def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings:
         first device; at most one of them. ValueError for unknown ones.
       keep_unused, inline: accepted for JAX compatibility; fnx always keeps every argument and always inlines a
         jitted function called inside another trace.
-      in_shardings, out_shardings, abstracted_axes, compiler_options: only None is supported (UnsupportedError
-        otherwise, never silently ignored).
+      in_shardings / out_shardings: NamedShardings (or PartitionSpecs under `with mesh:`), pytree prefixes of the
+        positional arguments / of the results: the call lays its arguments out so (resharding any that differ)
+        and returns results laid out so; without them, sharded arguments keep their layout and the results get
+        the one the partitioner propagates (docs/SHARDING.md).
+      abstracted_axes, compiler_options: only None is supported (UnsupportedError otherwise, never silently
+        ignored).
 
     Returns:
       A callable with `.lower(*args)` giving the traced and compiled form (`.as_text()`, `.compile()`).
@@ -342,8 +369,7 @@ def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings:
         return lambda f: jit(f, **options)
     if not callable(fun):
         raise TypeError(at_user_line(f"jit: expected a function, got {type(fun).__name__} {fun!r}"))
-    unsupported = [k for k in ("in_shardings", "out_shardings", "abstracted_axes", "compiler_options")
-                   if options[k] is not None]
+    unsupported = [k for k in ("abstracted_axes", "compiler_options") if options[k] is not None]
     if unsupported:
         raise UnsupportedError(at_user_line(f"jit: {', '.join(unsupported)} are not supported by fnx (only None)"))
     if device is not None and backend is not None:
@@ -355,7 +381,7 @@ def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings:
         raise ValueError(at_user_line(f"jit: {err}")) from None
     as_tuple = lambda v: () if v is None else (v,) if isinstance(v, (int, str)) else tuple(v)  # noqa: E731
     return Jitted(fun, as_tuple(static_argnums), as_tuple(static_argnames), as_tuple(donate_argnums),
-                  as_tuple(donate_argnames), where)
+                  as_tuple(donate_argnames), where, in_shardings, out_shardings)
 
 
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:

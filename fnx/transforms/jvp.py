@@ -27,6 +27,7 @@ from fnx.transforms.common import (body_params, finish, float_argnums, graph, pa
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
 from fnx.transforms.grad import jacrev
+from fnx.transforms.shard_map import shard_map_jvp
 from fnx.uop import Ops, UOp
 
 
@@ -56,6 +57,7 @@ def call_jvp(call: UOp, primals: list[Array], tangents: list[Array | None]) -> l
                                      f"({getattr(rule.fun, '__name__', 'function')}); use custom_jvp"))
     if rule.kind == "jvp":
         return rule.apply_jvp(primals, tangents)[1]
+    if rule.kind == "shard_map": return shard_map_jvp(call, primals, tangents, forward)
     params = body_params(call)  # by slot; an argument the body never reads has none
     mapping = {p: primals[i].uop for i, p in params.items()}
     inner = forward(list(body.src), list(params.values()), [tangents[i] for i in params])
@@ -245,7 +247,8 @@ def _scatter(u, srcs, tans):
 def _collective(u, srcs, tans):
     kind, name = u.arg.kind, u.arg.axis_name
     if kind == "axis_index" or tans[0] is None: return None
-    if kind in ("psum", "all_gather"): return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
+    if kind in ("psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"):  # linear: the same on the tangent
+        return Array(UOp(Ops.COLLECTIVE, u.dtype, (tans[0].uop,), u.arg))
     hit = (srcs[0] == Array(u)).astype(tans[0].dtype)  # pmax/pmin: the tangents of the extreme examples
     return lax.psum(tans[0] * hit, name) / lax.psum(hit, name)
 

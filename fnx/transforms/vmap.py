@@ -25,6 +25,7 @@ from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, building, fresh_tag, state, trace
 from fnx.transforms.common import body_params, finish, graph, param, tuple_of, tuple_valued
+from fnx.transforms.shard_map import batched_rule
 from fnx.uop import ControlArg, GroupOp, IotaArg, Ops, ParamArg, ReduceArg, ScatterArg, UOp
 
 Batched = tuple[UOp, "int | None"]   # (value, 0 if it has the batch axis in front else None)
@@ -176,11 +177,14 @@ def _collective(b: Batcher, u: UOp) -> Batched:
 
 
 def _own_collective(b: Batcher, u: UOp) -> Batched:
-    """A collective over this vmap's axis: a reduction (or gather) across the batch."""
+    """A collective over this vmap's axis: a reduction, gather or exchange across the batch."""
     kind, axis = u.arg.kind, u.arg.axis
     if kind == "axis_index": return (UOp(Ops.IOTA, dtypes.int32, (), IotaArg((b.size,), 0)), 0)
     x = b.batched(u.src[0])
     if kind == "all_gather": return (move_axis(x, 0, axis), None)
+    if kind == "psum_scatter": return _psum_scatter(x, axis, b.size), 0
+    if kind == "ppermute": return _ppermute(x, u.arg.perm, b.size), 0
+    if kind == "all_to_all": return _all_to_all(x, u.arg.split_axis, axis, b.size), 0
     op = Ops.ADD if kind == "psum" else Ops.MAX
     flip = kind == "pmin"  # min = an order-reversing map, max, and the map back
     if flip: x = _order_reversed(x)
@@ -193,10 +197,49 @@ def _order_reversed(x: UOp) -> UOp:
     return UOp(Ops.XOR, x.dtype, (x, UOp.const(x.dtype, -1 if not x.dtype.is_bool else True, x.shape)))
 
 
+def _psum_scatter(x: UOp, axis: int, n: int) -> UOp:
+    """Example k's chunk k along `axis` of the sum over the batch: the sum's axis split in (n, chunk), n in front."""
+    total = UOp(Ops.REDUCE, x.dtype, (x,), ReduceArg(Ops.ADD, (0,)))
+    shape = x.shape[1:]
+    return move_axis(_reshape(total, shape[:axis] + (n, shape[axis] // n) + shape[axis + 1:]), axis, 0)
+
+
+def _ppermute(x: UOp, perm: tuple[tuple[int, int], ...], n: int) -> UOp:
+    """Each destination example gathers its source's value; a zero example appended at index n serves the
+    examples no pair sends to."""
+    destination = UOp(Ops.IOTA, dtypes.int32, (), IotaArg((n,), 0))
+    source = UOp.const(dtypes.int32, n, (n,))
+    for src, dst in perm: source = destination.alu(Ops.CMPNE, dst).alu(Ops.WHERE, source, src)
+    if len(perm) < n: x = UOp(Ops.PAD, x.dtype, (x,), ((0, 1),) + ((0, 0),) * (x.ndim - 1))
+    return UOp(Ops.INDEX, x.dtype, (x, source), 0)
+
+
+def _all_to_all(x: UOp, split_axis: int, concat_axis: int, n: int) -> UOp:
+    """Example k gets chunk k (along split_axis) of every example j, concatenated in j's order along concat_axis:
+    split the chunk index k out of split_axis, move it to the front and the batch index j in front of concat_axis,
+    then merge j into concat_axis."""
+    shape = x.shape[1:]
+    split = _reshape(x, (n,) + shape[:split_axis] + (n, shape[split_axis] // n) + shape[split_axis + 1:])
+    # the axes of `split`: the batch j at 0, example axis i at 1 + i, except that split_axis became the chunk
+    # index k (at `chunk`) and the offset in the chunk (at chunk + 1), which pushes the later axes one further
+    chunk = 1 + split_axis
+    order = [chunk]
+    for i in range(len(shape)):
+        if i == concat_axis: order.append(0)
+        order.append(chunk + 1 if i == split_axis else 1 + i + (i > split_axis))
+    out = list(shape)
+    out[split_axis] //= n
+    out[concat_axis] *= n
+    return _reshape(_permute(split, tuple(order)), (n,) + tuple(out))
+
+
 def _other_collective(b: Batcher, u: UOp) -> Batched:
-    """A collective over an enclosing vmap's axis: applied per example of this one (the batch stays in front)."""
-    if u.arg.kind == "axis_index": return broadcast_batch(u, b.size), 0
-    arg = u.arg._replace(axis=u.arg.axis + 1) if u.arg.kind == "all_gather" else u.arg
+    """A collective over an enclosing vmap's axis: applied per example of this one (the batch stays in front, so
+    the axes it names shift by one)."""
+    arg = u.arg
+    if arg.kind == "axis_index": return broadcast_batch(u, b.size), 0
+    if arg.kind in ("all_gather", "psum_scatter", "all_to_all"): arg = arg._replace(axis=arg.axis + 1)
+    if arg.kind == "all_to_all": arg = arg._replace(split_axis=arg.split_axis + 1)
     return UOp(Ops.COLLECTIVE, u.dtype, (b.batched(u.src[0]),), arg), 0
 
 
@@ -218,10 +261,13 @@ def _call(b: Batcher, call: UOp) -> list[Batched]:
     tag = ("call", fresh_tag())
     batched = [b.batched(a) for a in call.src[1:]]
     params = body_params(call)
-    fresh = [UOp(Ops.PARAM, a.dtype, (), ParamArg(i, a.shape, a.device, tag)) for i, a in enumerate(batched)]
+    # (a shard_map's body sees shards: its PARAMs keep their own shapes, with the batch axis in front)
+    fresh = [UOp(Ops.PARAM, a.dtype, (), ParamArg(i, (b.size,) + params[i].shape if i in params else a.shape,
+                                                  a.device, tag)) for i, a in enumerate(batched)]
     inner = Batcher(b.size, {**b.values, **{params[i]: (fresh[i], 0) for i in params}}, b.axis_name)
     outs = [v if bd is not None else broadcast_batch(v, b.size) for v, bd in inner.run(list(body.src))]
-    new_rule = dataclasses.replace(rule, tag=tag, **_batched_rule(rule))
+    new_rule = batched_rule(rule, tag, b.size) if rule.kind == "shard_map" else dataclasses.replace(
+        rule, tag=tag, **_batched_rule(rule))
     new_call = UOp(Ops.CALL, call.dtype, (tuple_of(outs), *batched), new_rule)
     return [(UOp(Ops.GETTUPLE, o.dtype, (new_call,), i), 0) for i, o in enumerate(outs)]
 
