@@ -346,7 +346,8 @@ def realize(outs: list[UOp]) -> list[UOp]:
     pending = [u for u in outs if u.op is not Ops.BUFFER]
     if not pending: return outs
     fn, buffers = parameterize(pending)
-    if any(b.arg.buffer.is_sharded for b in buffers):  # arrays laid out over a mesh: the partitioner runs it
+    if any(b.arg.buffer.is_sharded for b in buffers) or any(  # over a mesh: the partitioner runs it
+            u.op is Ops.CALL and getattr(u.arg, "kind", None) == "shard_map" for u in fn.src[0].toposort):
         results = iter(sharded_runner[0](fn, [b.arg.buffer for b in buffers]))
         return [u if u.op is Ops.BUFFER else next(results) for u in outs]
     devices = {b.device for b in buffers}

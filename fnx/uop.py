@@ -84,7 +84,8 @@ class BufferArg(NamedTuple):
 
 class ParamArg(NamedTuple):
     """PARAM: argument `slot` of the FUNCTION, call or control body that binds `tag` (`()`: a FUNCTION's own,
-    `(t,)`: control node t's, `("call", n)`: a custom call's; see `UOp.binds`), living on `device`."""
+    `(t,)`: control node t's, `("custom", n)`: a custom call's, `("call", n)`: a call vmap or shard_map built; see
+    `UOp.binds`), living on `device`."""
     slot: int
     shape: Shape
     device: str | None

@@ -1,10 +1,14 @@
 """Test configuration: the `device` fixture runs a test once per backend that works on this machine."""
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# JAX, an oracle here, with eight host devices like the sharding tests' FNX_CPU_DEVICES=8 (set before it is imported)
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-from fnx.trace import state
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from fnx.trace import state  # noqa: E402
 
 settings.register_profile("fnx", max_examples=int(os.environ.get("FNX_TEST_EXAMPLES", "12")), deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

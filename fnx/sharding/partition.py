@@ -100,7 +100,7 @@ class _Partitioner:
         replicated = ((),) * len(u.shape) if u.shape is not None else ()
         if op in (Ops.CONST, Ops.IOTA): return u, replicated
         if op is Ops.PARAM:
-            raise UnsupportedError(f"a sharded computation reads PARAM {u.arg.slot} of an enclosing body")
+            raise UnsupportedError(f"a sharded computation reads PARAM {u.arg} of an enclosing body")
         if op in GroupOp.ALU: return self.elementwise(u)
         if op is Ops.REDUCE: return self.reduce(u)
         if op is Ops.RESHAPE: return self.reshape(u)

@@ -169,7 +169,7 @@ def program_for(fn: UOp, mesh: Mesh, in_dims: list[Dims], out_dims: list) -> SPM
 def run_eager(fn: UOp, buffers: list) -> list[UOp]:
     """An eager op whose operands include sharded arrays: partitioned like a jitted function, run, and its
     results as BUFFER UOps over ShardedBuffers."""
-    mesh = mesh_of([b.sharding for b in buffers if b.is_sharded])
+    mesh = mesh_of([b.sharding for b in buffers if b.is_sharded], has_shard_map(fn))
     in_dims = [b.dims if b.is_sharded else ((),) * len(p.shape) for b, p in zip(buffers, fn.src[1:])]
     program = program_for(fn, mesh, in_dims, [None] * len(fn.src[0].src))
     inputs = [b if b.is_sharded else to_sharded(Array.from_buffer(b, p.shape), mesh, d, p.dtype)

@@ -73,7 +73,7 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
 
     def body(*dyn):
         return fun(*with_static(static, dyn))
-    traced = trace(body, dynamic, transform=True, tag=("call", serial),
+    traced = trace(body, dynamic, transform=True, tag=("custom", serial),
                    kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
     rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
     arg_uops = [_leaf(x, p) for x, p in zip(leaves, traced.fn.src[1:])]
@@ -91,7 +91,7 @@ def _rules_cache(kind, fun, in_tree, out_tree, static, serial, rules) -> CustomR
     """One rule object per (function, structure, static args), so equal calls build equal (cacheable) graphs."""
     key = (serial, in_tree, out_tree, _hashable(static))
     if (rule := _rules.get(key)) is None:
-        rule = _rules.put(key, CustomRule(kind, fun, in_tree, out_tree, static=static, tag=("call", serial), **rules))
+        rule = _rules.put(key, CustomRule(kind, fun, in_tree, out_tree, static=static, tag=("custom", serial), **rules))
     return rule
 
 

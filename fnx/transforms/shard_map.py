@@ -22,8 +22,8 @@ replicated one is device 0's (check_vma checks it cannot differ). The transform 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,10 +33,8 @@ from fnx.errors import at_user_line
 from fnx.rewrite import substitute
 from fnx.sharding.mesh import Mesh, current_mesh
 from fnx.sharding.sharding import Dims, PartitionSpec, dims_spec, shard_shape, spec_dims
-from fnx.trace import Array, building, state, to_array, trace
+from fnx.trace import Array, building, fresh_tag, state, to_array, trace
 from fnx.uop import CollectiveArg, GroupOp, Ops, ParamArg, UOp
-
-_serial = itertools.count()
 
 
 @dataclass(eq=False)
@@ -54,7 +52,7 @@ class ShardMapRule:
     def __hash__(self) -> int: return id(self)
 
     def derived(self, in_dims, out_dims, out_shapes) -> ShardMapRule:
-        return ShardMapRule(self.mesh, tuple(in_dims), tuple(out_dims), tuple(out_shapes), ("call", next(_serial)),
+        return ShardMapRule(self.mesh, tuple(in_dims), tuple(out_dims), tuple(out_shapes), ("call", fresh_tag()),
                             self.name)
 
     def local_shape(self, shape: tuple[int, ...], dims: Dims) -> tuple[int, ...]:
@@ -172,15 +170,11 @@ def _call(f: Callable, fun_name: str, mesh: Mesh, args: tuple, in_specs: Any, ou
     specs = _specs_per_leaf(in_specs, args, "in_specs", fun_name)
     in_dims = tuple(_dims_for(mesh, s, a.shape, f"argument {i}", fun_name) for i, (s, a) in
                     enumerate(zip(specs, arrays)))
-    tag = ("call", next(_serial))
+    tag = ("call", fresh_tag())
     local = [(shard_shape(mesh, d, a.shape), a.uop.dtype, a.weak_type) for d, a in zip(in_dims, arrays)]
-    previous = state.axis_sizes
-    state.axis_sizes = {**previous, **dict(mesh.shape)}
-    try:
+    with _mesh_axes(mesh):
         traced = trace(lambda *xs: f(*xs), tree_util.tree_unflatten(in_tree, arrays), avals=local, transform=True,
                        tag=tag, abstract=True, kind=f"shard_map of {fun_name}")
-    finally:
-        state.axis_sizes = previous
     body, operands, in_dims = _close_over(traced.body, tag, [a.uop for a in arrays], in_dims)
     outs = list(body.src)
     out_struct = tree_util.tree_unflatten(traced.out_tree, list(range(len(outs))))
@@ -211,10 +205,23 @@ def _call(f: Callable, fun_name: str, mesh: Mesh, args: tuple, in_specs: Any, ou
     return tree_util.tree_unflatten(traced.out_tree, results)
 
 
+@contextlib.contextmanager
+def _mesh_axes(mesh: Mesh):
+    """The mesh's axes bound as named axes (what collectives in the body, and in its derivatives, read)."""
+    previous = state.axis_sizes
+    state.axis_sizes = {**previous, **dict(mesh.shape)}
+    try:
+        yield
+    finally:
+        state.axis_sizes = previous
+
+
 def _close_over(body: UOp, tag: tuple, operands: list[UOp], in_dims: tuple) -> tuple[UOp, list[UOp], tuple]:
     """The body with the values it closed over (an enclosing trace's PARAMs, concrete arrays) made operands of
     their own, replicated (P()): every device computes with the whole value, as in JAX."""
-    free = [u for u in body.toposort if u.op is Ops.BUFFER or (u.op is Ops.PARAM and u.arg.tag != tag)]
+    inner = {n.binds for n in body.toposort if n.binds is not None}  # (the PARAMs of nested bodies are theirs)
+    free = [u for u in body.toposort if u.op is Ops.BUFFER or (u.op is Ops.PARAM and u.arg.tag != tag
+                                                                and u.arg.tag not in inner)]
     if not free: return body, operands, in_dims
     start = len(operands)
     params = {u: UOp(Ops.PARAM, u.dtype, (), ParamArg(start + i, u.shape, None, tag)) for i, u in enumerate(free)}
@@ -248,11 +255,11 @@ def _new_call(rule: ShardMapRule, tag: tuple, outs: list[UOp], operands: list[UO
 def shard_map_jvp(call: UOp, primals: list[Array], tangents: list[Array | None], forward: Callable) -> list:
     """Tangents of the results: a shard_map of the body's jvp, the tangents split like their primals."""
     rule = call.arg
-    tag = ("call", next(_serial))
+    tag = ("call", fresh_tag())
     body, fresh = _rebound(call, tag)
     have = [i for i, t in enumerate(tangents) if t is not None]
     t_params = _fresh([fresh[i] for i in have], [fresh[i].shape for i in have], tag, len(fresh))
-    with building():
+    with building(), _mesh_axes(rule.mesh):
         inner = forward(list(body.src), [fresh[i] for i in have], [Array(t) for t in t_params])
     keep = [i for i, t in enumerate(inner) if t is not None]
     if not keep: return [None] * len(inner)
@@ -268,12 +275,12 @@ def shard_map_jvp(call: UOp, primals: list[Array], tangents: list[Array | None],
 def shard_map_vjp(cts: list[Array | None], call: UOp, operands: list[Array], backward: Callable) -> list:
     """Cotangents of the operands: a shard_map of the body's backward pass (see the module's docstring)."""
     rule, mesh = call.arg, call.arg.mesh
-    tag = ("call", next(_serial))
+    tag = ("call", fresh_tag())
     body, fresh = _rebound(call, tag)
     outs = list(body.src)
     floats = [i for i, c in enumerate(cts) if c is not None]
     ct_params = _fresh([outs[i] for i in floats], [outs[i].shape for i in floats], tag, len(fresh))
-    with building():
+    with building(), _mesh_axes(mesh):
         masked = {}
         for i, p in zip(floats, ct_params):
             ct = Array(p)
