@@ -752,3 +752,13 @@ def axis_index(axis_name: Any) -> Array:
         own = Array(UOp(Ops.COLLECTIVE, dtypes.int32, (), CollectiveArg("axis_index", name, size, 0)))
         index = own if index is None else add(mul(index, full((), size, dtypes.int32)), own)
     return index
+
+
+def with_sharding_constraint(x: Any, shardings: Any) -> Any:
+    """x (a pytree of arrays) laid out by `shardings` (a NamedSharding, or a PartitionSpec inside `with mesh:`, or a
+    pytree prefix of them): under jit the partitioner reshards there; outside, the arrays are put so."""
+    from fnx.devices import device_put  # (devices sits above lax: it builds on the trace this module extends)
+    spec_leaves, spec_tree = tree_util.tree_flatten(shardings, is_leaf=lambda s: hasattr(s, "mesh") or
+                                                    isinstance(s, tuple) and type(s).__name__ == "PartitionSpec")
+    subtrees = spec_tree.flatten_up_to(x)
+    return spec_tree.unflatten(device_put(sub, s) for s, sub in zip(spec_leaves, subtrees))

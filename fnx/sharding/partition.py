@@ -226,15 +226,18 @@ class _Partitioner:
         if (done := self._resharded.get(key)) is not None: return done
         free = self._built_local(u, to) if not any(have[i] for i, d in enumerate(to) if d != have[i]) else None
         if free is None:
-            for axis, (h, t) in enumerate(zip(have, to)):
-                names = list(h)
-                while names and tuple(names) != tuple(t[:len(names)]):  # gather the innermost mesh axes first
+            kept = []
+            for axis, (h, t) in enumerate(zip(have, to)):  # every gather before any slice: a gather along a mesh
+                names = list(h)                             # axis must see equal blocks of the other array axes
+                while names and tuple(names) != tuple(t[:len(names)]):  # the innermost mesh axes first
                     name = names.pop()
                     size = self.mesh.axis_size(name)
                     stacked = UOp(Ops.COLLECTIVE, x.dtype, (x,), CollectiveArg("all_gather", name, size, axis))
                     shape = x.shape[:axis] + (size * x.shape[axis],) + x.shape[axis + 1:]
                     x = UOp(Ops.RESHAPE, x.dtype, (stacked,), shape)
-                if len(t) > len(names): x = self._slice(x, axis, t[len(names):])
+                kept.append(len(names))
+            for axis, (t, k) in enumerate(zip(to, kept)):
+                if len(t) > k: x = self._slice(x, axis, t[k:])
             free = x
         self._resharded[key] = free
         return free
@@ -257,6 +260,14 @@ class _Partitioner:
         shape = self.local_shape(u.shape, to)
         if u.op is Ops.CONST: return UOp(Ops.CONST, u.dtype, (), ConstArg(u.arg.value, shape))
         if u.op is Ops.IOTA and not to[u.arg.axis]: return UOp(Ops.IOTA, u.dtype, (), IotaArg(shape, u.arg.axis))
+        if u.op in GroupOp.ALU:  # (elementwise work on values built locally, as constants folded by hand are)
+            srcs = []
+            for s in u.src:
+                x, have = self.values[s]
+                local = x if have == to else self._built_local(s, to) if not any(have) else None
+                if local is None: return None
+                srcs.append(local)
+            return UOp(u.op, u.dtype, tuple(srcs), u.arg)
         if u.op is Ops.EXPAND:
             src = u.src[0]
             src_to = tuple(t if src.shape[i] != 1 or u.shape[i] == 1 else () for i, t in enumerate(to))

@@ -45,7 +45,8 @@ class SPMDProgram:
         body = part.fn.src[0]
         for node in body.graph:
             if node.op in GroupOp.Control or node.op is Ops.CALL:
-                inner = [u for u in node.toposort if u.op is Ops.COLLECTIVE]
+                bodies = node.src[:len(node.src) - len(node.operands)]
+                inner = [u for b in bodies for u in b.toposort if u.op is Ops.COLLECTIVE]
                 if inner:
                     raise UnsupportedError(f"a collective ({inner[0].arg.kind} over {inner[0].arg.axis_name!r}) inside "
                                            f"{node.op.name.lower()} in a sharded computation is not supported yet: "
@@ -188,8 +189,8 @@ class Layout:
     key: tuple
 
     @property
-    def device(self) -> str:
-        return self.mesh.flat_devices[0].name
+    def device(self) -> str:  # where the call is traced: a device of this process (under fnx.distributed)
+        return (self.mesh.local_devices or self.mesh.flat_devices)[0].name
 
 
 def _is_sharding_leaf(x) -> bool:
