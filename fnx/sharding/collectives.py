@@ -86,6 +86,26 @@ def _add(a: UOp, b: UOp) -> UOp:
 
 # ---- the compositions: xs[j] lives on devices[j]; each returns one output per device ----
 
+def broadcast(x: UOp, devices: list[str]) -> list[UOp]:
+    """`x` (on one device) copied to every device."""
+    return [_copy(x, d) for d in devices]
+
+
+def scatter(x: UOp, devices: list[str], axis: int = 0) -> list[UOp]:
+    """Chunk k of `x` (on one device) along `axis` to device k."""
+    return [_copy(_chunk(x, axis, k, len(devices)), d) for k, d in enumerate(devices)]
+
+
+def gather(xs: list[UOp], devices: list[str], root: int = 0, axis: int = 0) -> UOp:
+    """The xs concatenated along `axis` on device `root`."""
+    return _concat([_copy(x, devices[root]) for x in xs], axis)
+
+
+def reduce(xs: list[UOp], devices: list[str], root: int = 0, kind: str = "psum") -> UOp:
+    """The reduction over j of xs[j], on device `root` (gather, then reduce)."""
+    return _combine([_copy(x, devices[root]) for x in xs], kind)
+
+
 def reduce_scatter(xs: list[UOp], devices: list[str], kind: str = "psum", axis: int = 0) -> list[UOp]:
     """Device k: chunk k along `axis` of the reduction over j of xs[j]."""
     n = len(devices)
