@@ -20,13 +20,18 @@ def _arg_str(u: UOp) -> str:
     if u.op is Ops.IOTA: return f"axis={u.arg.axis}"
     if u.op in GroupOp.Movement: return str(u.arg)
     if u.op is Ops.COPY: return str(u.arg)
+    if u.op is Ops.COLLECTIVE:
+        a = u.arg
+        extra = {"all_gather": f" axis={a.axis}", "psum_scatter": f" axis={a.axis}", "ppermute": f" perm={a.perm}",
+                 "all_to_all": f" split={a.split_axis} concat={a.axis}"}.get(a.kind, "")
+        return f"{a.kind} over {a.axis_name!r}{extra}"
     return ""
 
 
 def _call_name(u: UOp) -> str:
     """'call custom_jvp(tanh)', 'call checkpoint(f)', ...: what kind of call and of which function."""
     kind = getattr(u.arg, "kind", "function")
-    fun = getattr(getattr(u.arg, "fun", None), "__name__", "")
+    fun = getattr(getattr(u.arg, "fun", None), "__name__", "") or getattr(u.arg, "name", "")
     return f"call {'custom_' + kind if kind in ('jvp', 'vjp') else kind}({fun})"
 
 

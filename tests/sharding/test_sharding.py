@@ -104,3 +104,23 @@ def test_device_put_of_a_device_array_and_of_integers(mesh24):
     moved = fnx.device_put(x, NamedSharding(mesh24, P("data")))
     np.testing.assert_array_equal(np.asarray(moved), host)
     assert moved.sharding.spec == P("data")
+
+
+def test_visualize_array_sharding_draws_the_grid(mesh24, capsys):
+    x = fnx.device_put(np.zeros((8, 16), np.float32), NamedSharding(mesh24, P("data", "model")))
+    fnx.debug.visualize_array_sharding(x)
+    assert capsys.readouterr().out == (
+        "┌───────┬───────┬───────┬───────┐\n"
+        "│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │\n"
+        "├───────┼───────┼───────┼───────┤\n"
+        "│ CPU 4 │ CPU 5 │ CPU 6 │ CPU 7 │\n"
+        "└───────┴───────┴───────┴───────┘\n")
+    fnx.debug.visualize_array_sharding(fnx.device_put(np.zeros(16, np.float32), NamedSharding(mesh24, P("model"))))
+    assert capsys.readouterr().out == (
+        "┌─────────┬─────────┬─────────┬─────────┐\n"
+        "│ CPU 0,4 │ CPU 1,5 │ CPU 2,6 │ CPU 3,7 │\n"
+        "└─────────┴─────────┴─────────┴─────────┘\n")
+    fnx.debug.visualize_array_sharding(jnp.ones((3, 3)))
+    assert capsys.readouterr().out == "┌───────┐\n│ CPU 0 │\n└───────┘\n"
+    with pytest.raises(ValueError, match="rank 0, 1 or 2"):
+        fnx.debug.visualize_array_sharding(jnp.ones((2, 2, 2)))
