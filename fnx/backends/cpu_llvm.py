@@ -16,7 +16,8 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, HostPool, Launch, ObjectCache,
+from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, HostPool, Launch, LRUCache,
+                                 ObjectCache,
                                  Pending, Program, Renderer, Runtime, Stream, Transfer, check_platform, get_device,
                                  register_runtime)
 from fnx.backends import native_pool
@@ -215,6 +216,24 @@ class _Modules:
         return engine_of, modules
 
 
+_lowerings = LRUCache(256)
+
+
+def _lowered(fn: UOp, device: CPUDevice) -> tuple:
+    """(lowering, {kernel: engine}, modules, source) of `fn` for the device's target, shared by the cpu devices of
+    equal targets: the program every device of a mesh runs is lowered and compiled once, not once per device (its
+    PARAMs name no device, so nothing in it differs between them)."""
+    key = (fn, device.target)
+    if (found := _lowerings.get(key)) is not None: return found
+    modules = _Modules(device.compiler, device.renderer)  # LLVM compiles the first kernels while later are lowered
+    with _quick_gil_handoffs():
+        lowering: Lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers())
+        engine_of, compiled = modules.finish()
+    found = (lowering, engine_of, compiled, "\n\n".join(modules.sources))
+    if all(p.device is None for p in fn.src[1:]): _lowerings.put(key, found)  # (others are per device anyway)
+    return found
+
+
 class CPUExecutable(Executable):
     """Runs the kernels of one FUNCTION in order on host buffers.
 
@@ -238,11 +257,7 @@ class CPUExecutable(Executable):
         self.fn, self.device, self.pool, self.threads = fn, device.name, device.pool, device.threads
         self.memory, self.stream, compiler = device.memory, device.stream, device.compiler
         self.target = device.target
-        modules = _Modules(compiler, device.renderer)  # LLVM compiles the first kernels while later ones are lowered
-        with _quick_gil_handoffs():
-            self.lowering: Lowering = lower(fn, self.target, emit=modules.add, measure=device.kernel_timers())
-            engine_of, self.modules = modules.finish()
-        self.source = "\n\n".join(modules.sources)
+        self.lowering, engine_of, self.modules, self.source = _lowered(fn, device)
         if config.debug >= 3:
             for stage in STAGES: print(f"--- {stage} ---\n{self.lowering.as_text(stage)}")
         if config.debug >= 4: print(self.source)
