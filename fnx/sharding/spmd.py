@@ -267,5 +267,21 @@ class ShardedLowered:
         local = format_function(self.program.part.fn)
         return f"{graph}\n\n--- per device, over {self.mesh} ---\n{local}"
 
-    def compile(self):
-        return self
+    def compile(self) -> ShardedCompiled:
+        return ShardedCompiled(self)
+
+
+@dataclass
+class ShardedCompiled:
+    """`jit(f).lower(*args).compile()` over a mesh: call it with the (non-static) arguments it was lowered for."""
+    lowered: ShardedLowered
+
+    def __call__(self, *args, **kwargs):
+        leaves, tree = tree_util.tree_flatten((args, kwargs))
+        if tree != self.lowered.traced.in_tree:
+            raise TypeError(f"compiled function: called with arguments of structure {tree}, but it was compiled for "
+                            f"{self.lowered.traced.in_tree}")
+        return self.lowered.call(leaves)
+
+    def as_text(self, stage: str | None = None) -> str:
+        return self.lowered.as_text(stage)

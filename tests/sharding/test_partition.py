@@ -201,3 +201,13 @@ def test_mixing_two_meshes_is_an_error(cpus):
     y = fnx.device_put(np.ones((8, 8), np.float32), NamedSharding(b, P("data")))
     with pytest.raises(ValueError, match="two meshes"):
         fnx.jit(lambda x, y: x + y)(x, y)
+
+
+def test_eager_grad_and_lower_compile_on_sharded_arrays(mesh24):
+    x, w = _rand((16, 8), 12), _rand((8, 4), 13)
+    xs = fnx.device_put(x, NamedSharding(mesh24, P("data", "model")))
+    loss = lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(fnx.grad(loss)(w, xs)), np.asarray(fnx.grad(loss)(w, x)), rtol=1e-5)
+    compiled = fnx.jit(loss).lower(w, xs).compile()
+    np.testing.assert_allclose(float(compiled(w, xs)), float(loss(w, x)), rtol=1e-5)
+    assert "per device" in compiled.as_text()
