@@ -91,8 +91,10 @@ def _index_buffer(mesh: Mesh, device: str, axis: str) -> Buffer:
 
 
 def _stages(body: UOp) -> list[Stage]:
-    """Cut `body` at its collectives (see the module's docstring); nodes that depend on no input (constants and
-    what is built from them) float into every stage that uses them."""
+    """Cut `body` at its collectives (see the module's docstring). A node's home is the stage of its depth; nodes
+    that depend on no input (constants and what is built from them) and movement ops (views: a broadcast of a
+    weight that the backward pass reuses would otherwise cross a stage boundary as a materialized array) have no
+    home: each stage that reads them recomputes them from their sources."""
     order = body.graph
     depth: dict[UOp, int | None] = {}
     for u in order:
@@ -104,23 +106,26 @@ def _stages(body: UOp) -> list[Stage]:
                   for s in u.operands if depth.get(s) is not None]
         depth[u] = max(levels) if levels else None
     external = lambda u: u.op is Ops.PARAM or u.op is Ops.COLLECTIVE  # noqa: E731  (values a stage reads)
+    floats = lambda u: depth[u] is None or u.op in GroupOp.Movement  # noqa: E731  (recomputed where read)
     count = 1 + max((d for u, d in depth.items() if d is not None), default=0)
-    stage_of = {u: d for u, d in depth.items() if not external(u)}
     needed: list[dict[UOp, None]] = [dict() for _ in range(count)]  # per stage: values others read, in order
+
+    def producers(u: UOp) -> list[UOp]:
+        """The nodes with a home that `u` reads, looking through the floating nodes in between."""
+        found = postorder(u, lambda v: v.operands if v is u or (not external(v) and floats(v)) else ())
+        return [v for v in found if v is not u and not external(v) and not floats(v)]
+
     for u in order:
-        if u.op is Ops.TUPLE: continue
-        readers = u.operands
-        for s in readers:
-            if external(s) or s not in stage_of: continue
-            mine = stage_of[s] if stage_of[s] is not None else 0
-            if u.op is Ops.COLLECTIVE or stage_of.get(u) != stage_of[s] and stage_of[s] is not None:
-                needed[mine][s] = None
-    for o in body.src:
-        if not external(o): needed[stage_of[o] if stage_of[o] is not None else 0][o] = None
+        if u.op is Ops.TUPLE or external(u) or floats(u): continue
+        for v in producers(u):
+            if depth[v] != depth[u]: needed[depth[v]][v] = None
+    materialized = [c.src[0] for c in order if c.op is Ops.COLLECTIVE and c.src] + list(body.src)
+    for x in materialized:  # a collective's operand and the results are computed whole by some stage
+        if not external(x): needed[depth[x] if depth[x] is not None else 0][x] = None
     stages = []
     for k in range(count):
         outputs = list(needed[k])
-        inside = lambda u, k=k: not external(u) and stage_of.get(u) in (k, None)  # noqa: E731
+        inside = lambda u, k=k: not external(u) and (floats(u) or depth[u] == k)  # noqa: E731
         frontier = postorder(UOp(Ops.TUPLE, dtypes.bool_, tuple(outputs)),
                              lambda u: u.operands if u.op is Ops.TUPLE or inside(u) else ())
         inputs = [u for u in frontier if u.op is not Ops.TUPLE and not inside(u)]
