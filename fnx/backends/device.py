@@ -36,7 +36,7 @@ from fnx.uop import UOp
 ALIGN = 64                   # block alignment in bytes: one cache line, one AVX-512 vector
 PAGE = 4096                  # large blocks start at staggered offsets within a page (HostPool._new)
 STAGGER_MIN = 1 << 16        # bytes from which a block is staggered
-POOL_PER_SIZE = 4            # blocks of one byte size a pool keeps
+POOL_PER_SIZE = 32           # blocks of one byte size a pool keeps (a sharded step holds many alike)
 POOL_MAX_BYTES = 1 << 30     # bytes a pool keeps in all (free or in use); beyond it numpy's allocator serves
 STREAM_DEPTH = 8             # calls queued on a stream before the caller waits (bounds memory held by the queue)
 

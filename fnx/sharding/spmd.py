@@ -52,6 +52,7 @@ class SPMDProgram:
                                            f"{node.op.name.lower()} in a sharded computation is not supported yet: "
                                            "unroll the loop, or move the collective out of it")
         self.params = list(part.fn.src[1:])
+        body = _bucketed(body)
         self.stages = _stages(body)
         self.outputs = list(body.src)
         self.devices = [d.name for d in self.mesh.local_devices]
@@ -90,14 +91,10 @@ def _index_buffer(mesh: Mesh, device: str, axis: str) -> Buffer:
     return buf
 
 
-def _stages(body: UOp) -> list[Stage]:
-    """Cut `body` at its collectives (see the module's docstring). A node's home is the stage of its depth; nodes
-    that depend on no input (constants and what is built from them) and movement ops (views: a broadcast of a
-    weight that the backward pass reuses would otherwise cross a stage boundary as a materialized array) have no
-    home: each stage that reads them recomputes them from their sources."""
-    order = body.graph
+def _depths(body: UOp) -> dict[UOp, int | None]:
+    """Each node's number of collectives on its longest path from the inputs (None: it reads no input)."""
     depth: dict[UOp, int | None] = {}
-    for u in order:
+    for u in body.graph:
         if u.op is Ops.TUPLE: continue
         if u.op is Ops.PARAM or (u.op is Ops.COLLECTIVE and u.arg.kind == "axis_index"):
             depth[u] = 0
@@ -105,6 +102,48 @@ def _stages(body: UOp) -> list[Stage]:
         levels = [depth[s] + (s.op is Ops.COLLECTIVE and s.arg.kind != "axis_index")
                   for s in u.operands if depth.get(s) is not None]
         depth[u] = max(levels) if levels else None
+    return depth
+
+
+BUCKETED = ("psum", "pmax", "pmin")
+
+
+def _bucketed(body: UOp) -> UOp:
+    """`body` with the reductions that run at the same point, of one kind, mesh axis and dtype, done as one: their
+    operands flattened and joined, one collective, and each result a view of its part (what data-parallel
+    training needs: one allreduce of all gradients instead of one per parameter)."""
+    depth = _depths(body)
+    buckets: dict[tuple, list[UOp]] = {}
+    for u in body.graph:
+        if u.op is Ops.COLLECTIVE and u.arg.kind in BUCKETED:
+            buckets.setdefault((depth[u], u.arg.kind, u.arg.axis_name, u.dtype), []).append(u)
+    mapping = {}
+    for members in buckets.values():
+        if len(members) < 2: continue
+        total = sum(c.size for c in members)
+        parts, offset = [], 0
+        for c in members:
+            flat = UOp(Ops.RESHAPE, c.dtype, (c.src[0],), (c.size,))
+            parts.append(UOp(Ops.PAD, c.dtype, (flat,), ((offset, total - offset - c.size),)))
+            offset += c.size
+        joined = parts[0]
+        for p in parts[1:]: joined = UOp(Ops.ADD if not joined.dtype.is_bool else Ops.OR, joined.dtype, (joined, p))
+        reduced = UOp(Ops.COLLECTIVE, joined.dtype, (joined,), members[0].arg)
+        offset = 0
+        for c in members:
+            piece = UOp(Ops.SHRINK, c.dtype, (reduced,), ((offset, offset + c.size),))
+            mapping[c] = UOp(Ops.RESHAPE, c.dtype, (piece,), c.shape)
+            offset += c.size
+    return substitute(body, mapping) if mapping else body
+
+
+def _stages(body: UOp) -> list[Stage]:
+    """Cut `body` at its collectives (see the module's docstring). A node's home is the stage of its depth; nodes
+    that depend on no input (constants and what is built from them) and movement ops (views: a broadcast of a
+    weight that the backward pass reuses would otherwise cross a stage boundary as a materialized array) have no
+    home: each stage that reads them recomputes them from their sources."""
+    order = body.graph
+    depth = _depths(body)
     external = lambda u: u.op is Ops.PARAM or u.op is Ops.COLLECTIVE  # noqa: E731  (values a stage reads)
     floats = lambda u: depth[u] is None or u.op in GroupOp.Movement  # noqa: E731  (recomputed where read)
     count = 1 + max((d for u, d in depth.items() if d is not None), default=0)

@@ -60,7 +60,8 @@ def test_seed_collectives_against_numpy(cpus, n):
         np.testing.assert_allclose(value, total, rtol=1e-6, atol=1e-6)
 
 
-SCHEDULES = [collectives.allreduce, collectives.ring_allreduce, collectives.halving_allreduce]
+SCHEDULES = [collectives.allreduce, collectives.reduce_broadcast, collectives.ring_allreduce,
+             collectives.halving_allreduce]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
@@ -82,11 +83,11 @@ def test_allreduce_schedules_agree(cpus, n, size):
 
 
 def test_algorithm_is_chosen_by_size():
-    assert collectives.allreduce_algorithm(1024, 4) is collectives.allreduce
+    assert collectives.allreduce_algorithm(1024, 4) is collectives.reduce_broadcast
     big = collectives.RING_MIN_BYTES
     assert collectives.allreduce_algorithm(big, 4) is collectives.halving_allreduce
     assert collectives.allreduce_algorithm(big, 6) is collectives.ring_allreduce
-    assert collectives.allreduce_algorithm(big, 2) is collectives.allreduce
+    assert collectives.allreduce_algorithm(big, 2) is collectives.reduce_broadcast
 
 
 @pytest.mark.parametrize("kind", ["psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all"])
