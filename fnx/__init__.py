@@ -2,7 +2,7 @@
 from fnx import dtypes, errors, lax, tree_util
 from fnx import tree_util as tree
 from fnx.checkpoint_io import load, save
-from fnx.devices import default_device, device_count, device_put, devices, local_devices
+from fnx.devices import default_device, device_count, device_put, devices, local_device_count, local_devices
 from fnx.trace import Array
 from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
 from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
@@ -12,6 +12,8 @@ from fnx.transforms.jit import jit, make_graph
 from fnx.transforms.shard_map import shard_map
 from fnx import sharding  # noqa: E402
 from fnx.sharding import make_mesh
+from fnx.sharding import distributed  # noqa: E402  (fnx.distributed: many processes over MPI; imports no MPI)
+from fnx.sharding.distributed import make_array_from_callback, process_count, process_index
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import nn, optim, random  # noqa: E402
@@ -19,8 +21,9 @@ from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cp
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
-           "device_put", "devices", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit", "jvp", "lax",
-           "linearize", "load", "local_devices", "make_graph", "nn", "numpy", "optim", "random", "remat", "save",
+           "device_put", "devices", "distributed", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit",
+           "jvp", "lax", "linearize", "load", "local_device_count", "local_devices", "make_array_from_callback",
+           "make_graph", "nn", "numpy", "optim", "process_count", "process_index", "random", "remat", "save",
            "shard_map", "sharding", "make_mesh", "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
 
 

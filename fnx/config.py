@@ -16,12 +16,24 @@ class Config:
     cpu_devices: int = 1   # FNX_CPU_DEVICES: how many cpu devices (cpu:0..N-1) the host is split into
     cpu_target: str = "native"  # FNX_CPU_TARGET: the LLVM CPU to compile for: 'native' (the host), 'x86-64-v3'
                                 # (AVX2), 'x86-64-v4' (AVX-512), 'x86-64-v2', or a name like 'znver4'
+    distributed_timeout: float = 300.0  # FNX_DISTRIBUTED_TIMEOUT: seconds a process waits for the others in one
+                                        # exchange of fnx.distributed before it raises DistributedError
 
 
 def _positive(name: str, default: str) -> int:
     text = os.environ.get(name, default) or default
     if not text.isdigit() or int(text) < 1: raise ValueError(f"{name}={text!r}: expected a positive integer")
     return int(text)
+
+
+def _seconds(name: str, default: str) -> float:
+    text = os.environ.get(name, default) or default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0: raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
 
 
 def _read() -> Config:
@@ -31,7 +43,8 @@ def _read() -> Config:
                                 cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0),
                                 executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512),
                                 cpu_devices=_positive("FNX_CPU_DEVICES", "1"),
-                                cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native")
+                                cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native",
+                                distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"))
 
 
 config = _read()

@@ -13,27 +13,37 @@ import numpy as np
 
 from fnx import tree_util
 from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, get_device, platform_devices
-from fnx.backends.device import platform_of
+from fnx.backends.device import platform_of, processes
 from fnx.errors import at_user_line
 from fnx.sharding.sharding import NamedSharding, PartitionSpec, as_named, shard_host_value
 from fnx.trace import Array, realize, state, to_array
 from fnx.uop import Ops, UOp
 
 __all__ = ["Device", "SingleDeviceSharding", "default_device", "device_count", "device_name", "device_put",
-           "devices", "local_devices"]
+           "devices", "local_device_count", "local_devices"]
 
 
 def devices(backend: str | None = None) -> list[Device]:
     """The devices of a platform (default: the default device's platform), in ordinal order: `cpu:0..N-1` with
-    FNX_CPU_DEVICES=N."""
+    FNX_CPU_DEVICES=N; under fnx.distributed, those of every process (cpu:0..P*N-1)."""
     return platform_devices(backend or platform_of(state.default_device))
 
 
-local_devices = devices
+def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:
+    """The devices of process `process_index` (default: this one): all of `devices()` unless fnx.distributed
+    runs several processes."""
+    owner = processes.index if process_index is None else process_index
+    return [d for d in devices(backend) if d.process_index == owner]
 
 
 def device_count(backend: str | None = None) -> int:
+    """How many devices the platform has, over every process."""
     return len(devices(backend))
+
+
+def local_device_count(backend: str | None = None) -> int:
+    """How many devices this process owns."""
+    return len(local_devices(backend=backend))
 
 
 def device_name(device: Any) -> str:

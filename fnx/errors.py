@@ -39,6 +39,11 @@ class UnsupportedError(FnxError, NotImplementedError):
     """An operation fnx does not support for these inputs, transform or backend."""
 
 
+class DistributedError(FnxError, RuntimeError):
+    """A process of a multi-process run (fnx.distributed) did not take part in an exchange within
+    FNX_DISTRIBUTED_TIMEOUT seconds, or the processes disagree about what they run."""
+
+
 def at_user_line(message: str) -> str:
     """Append the user's source line to an error message."""
     return f"{message}\n  at {user_frame()}"

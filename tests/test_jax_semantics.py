@@ -154,8 +154,10 @@ def test_jit_device_and_backend_are_honoured_or_rejected():
         fnx.jit(lambda x: x, backend="nope")
     with pytest.raises(ValueError, match="at most one"):
         fnx.jit(lambda x: x, backend="cpu", device="cpu")
-    with pytest.raises(fnx.errors.UnsupportedError, match="in_shardings"):
-        fnx.jit(lambda x: x, in_shardings=object())
+    with pytest.raises(TypeError, match="in_shardings: expected a NamedSharding or a PartitionSpec, got object"):
+        fnx.jit(lambda x: x, in_shardings=object())(1.0)
+    with pytest.raises(fnx.errors.UnsupportedError, match="abstracted_axes"):
+        fnx.jit(lambda x: x, abstracted_axes=object())
     assert fnx.jit(lambda x: x, keep_unused=True, inline=True)(1.0) == 1.0
 
 

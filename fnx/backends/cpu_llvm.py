@@ -18,8 +18,8 @@ import numpy as np
 
 from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, HostPool, Launch, LRUCache,
                                  ObjectCache,
-                                 Pending, Program, Renderer, Runtime, Stream, Transfer, check_platform, get_device,
-                                 register_runtime)
+                                 Pending, Program, RemoteDevice, Renderer, Runtime, Stream, Transfer, check_platform,
+                                 get_device, processes, register_runtime)
 from fnx.backends import native_pool
 from fnx.backends.cpu_beam import kernel_timers
 from fnx.backends.cpu_target import host_target
@@ -532,4 +532,13 @@ class CPUDevice(Device):
         return kernel_timers(self.compiler)
 
 
-register_runtime(Runtime("cpu", lambda: config.cpu_devices, lambda i: CPUDevice(i, config.cpu_devices)))
+def _cpu_device(ordinal: int) -> Device:
+    """cpu:i. Under fnx.distributed the cpu devices span the processes: process r owns cpu:r*L .. cpu:r*L+L-1
+    (L = FNX_CPU_DEVICES, each process's count) and the others are placeholders of other processes' devices."""
+    owner = ordinal // config.cpu_devices
+    if owner != processes.index: return RemoteDevice("cpu", ordinal, owner)
+    return CPUDevice(ordinal, config.cpu_devices)
+
+
+register_runtime(Runtime("cpu", lambda: config.cpu_devices * processes.count, _cpu_device,
+                         first_local=lambda: processes.index * config.cpu_devices))

@@ -518,20 +518,34 @@ class Executable:
 
 # ---- devices and the runtimes that provide them ----
 
+@dataclass
+class Processes:
+    """Which of the processes of a run this one is: `index` of `count` (0 of 1, unless fnx.distributed.initialize
+    found more under mpirun). A runtime that spans processes numbers its devices over all of them."""
+    index: int = 0
+    count: int = 1
+
+
+processes = Processes()
+
+
 class Device:
     """One device: a runtime (`platform`) and an ordinal (`id`), named like 'cpu:3'.
 
     It owns an `allocator` (its memory), a `target` (what the lowering reads: vector width, caches, threads; None
     for a device that does not lower, like interp) and, for a device that compiles kernels, a `renderer` and a
     `compiler`. `executable(fn)` builds the Executable of a FUNCTION; `compile(fn)` is the cached form every
-    caller uses (an LRU of config.executables entries shared by all devices).
+    caller uses (an LRU of config.executables entries shared by all devices). `process_index` is the process that
+    owns it and `addressable` whether that is this one (a `RemoteDevice` stands for another process's device).
     """
+    addressable = True
 
     def __init__(self, platform: str, ordinal: int, allocator: Allocator, target: Any = None,
                  renderer: Renderer | None = None, compiler: Any = None):
         self.platform, self.id, self.allocator, self.target = platform, ordinal, allocator, target
         self.renderer, self.compiler = renderer, compiler
         self.name = f"{platform}:{ordinal}"
+        self.process_index = processes.index
 
     device_kind = property(lambda self: self.platform)
 
@@ -564,6 +578,35 @@ class Device:
 _executables = LRUCache(config.executables)
 
 
+class RemoteDevice(Device):
+    """A device of another process (fnx.distributed): it has a name, an ordinal and an owner, and takes part in
+    meshes, but its memory and its computations belong to its process, so using either here raises ValueError."""
+    addressable = False
+    target = renderer = compiler = None
+
+    def __init__(self, platform: str, ordinal: int, process_index: int):
+        self.platform, self.id, self.process_index = platform, ordinal, process_index
+        self.name = f"{platform}:{ordinal}"
+
+    def _not_here(self, what: str) -> ValueError:
+        return ValueError(f"{self.name} belongs to process {self.process_index} and this is process "
+                          f"{processes.index}: {what} only on this process's devices (fnx.local_devices()); an array "
+                          "over several processes is laid out by a NamedSharding over a mesh")
+
+    @property
+    def allocator(self) -> Allocator:
+        raise self._not_here("arrays can be placed")
+
+    def executable(self, fn: UOp) -> Executable:
+        raise self._not_here("computations can run")
+
+    def compile(self, fn: UOp) -> Executable:
+        raise self._not_here("computations can run")
+
+    def program(self, name: str, binary: Any) -> Program:
+        raise self._not_here("kernels can run")
+
+
 @dataclass(frozen=True)
 class SingleDeviceSharding:
     """The sharding of an array that lives whole on one device."""
@@ -576,12 +619,18 @@ class SingleDeviceSharding:
 
 class Runtime:
     """A platform's devices: `count()` of them (known without starting the runtime), made on first use by
-    `load(ordinal)`. A backend module registers one with `register_runtime` when it is imported."""
+    `load(ordinal)`. A backend module registers one with `register_runtime` when it is imported. A runtime whose
+    devices span processes says which is this process's first (`first_local()`: what a bare 'cpu' names)."""
 
-    def __init__(self, platform: str, count: Callable[[], int], load: Callable[[int], Device]):
-        self.platform, self.count, self._load = platform, count, load
+    def __init__(self, platform: str, count: Callable[[], int], load: Callable[[int], Device],
+                 first_local: Callable[[], int] = lambda: 0):
+        self.platform, self.count, self._load, self.first_local = platform, count, load, first_local
         self._devices: dict[int, Device] = {}
         self._lock = threading.Lock()
+
+    def started(self) -> bool:
+        """Whether a device of this platform was made (something has used it)."""
+        return bool(self._devices)
 
     def device(self, ordinal: int) -> Device:
         if (found := self._devices.get(ordinal)) is not None: return found
@@ -602,13 +651,13 @@ def platform_of(device: str) -> str:
 
 
 def canonical_device(device: str) -> str:
-    """'cpu' -> 'cpu:0'; ValueError for an unknown platform or an ordinal the platform does not have (checked
-    without starting the platform's runtime)."""
+    """'cpu' -> 'cpu:0' (this process's first cpu device under fnx.distributed); ValueError for an unknown platform
+    or an ordinal the platform does not have (checked without starting the platform's runtime)."""
     platform, _, ordinal = device.partition(":")
     runtime = _runtimes.get(platform)
     if runtime is None:
         raise ValueError(f"unknown device {device!r}; known platforms: {sorted(_runtimes)}")
-    if not ordinal: return f"{platform}:0"
+    if not ordinal: return f"{platform}:{runtime.first_local()}"
     count = runtime.count()
     if not ordinal.isdigit() or int(ordinal) >= count:
         more = " (FNX_CPU_DEVICES sets how many cpu devices there are)" if platform == "cpu" else ""
@@ -640,6 +689,11 @@ def platform_devices(platform: str) -> list[Device]:
         raise ValueError(f"unknown backend {platform!r}; known platforms: {sorted(_runtimes)}")
     runtime = _runtimes[platform]
     return [runtime.device(i) for i in range(runtime.count())]
+
+
+def started_platforms() -> list[str]:
+    """The platforms some device of which was made (something has placed an array or run a computation there)."""
+    return sorted(p for p, runtime in _runtimes.items() if runtime.started())
 
 
 def platforms() -> list[str]:

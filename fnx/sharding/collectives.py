@@ -1,6 +1,7 @@
 """Collectives between devices, as the seed writes them: compositions of COPY, RESHAPE and REDUCE over the shards
 of a group of devices, compiled like any FUNCTION into one executable whose items copy between devices and
-reduce on each.
+reduce on each. The seed's seven (broadcast, scatter, gather, reduce, allgather, reduce_scatter, allreduce) are
+the functions of those names below; the collectives of fnx.lax are built from them:
 
 For a group of n devices holding x_0 .. x_{n-1} (element j on device j), device k gets:
 
@@ -21,7 +22,8 @@ from __future__ import annotations
 from typing import Callable
 
 from fnx import dtypes
-from fnx.backends.device import Buffer, Executable, LRUCache, get_device
+from fnx.backends.device import Buffer, Executable, LRUCache, get_device, processes
+from fnx.sharding import distributed
 from fnx.uop import CollectiveArg, Ops, ParamArg, ReduceArg, UOp
 
 IDENTITY_ALONE = ("psum", "pmax", "pmin", "psum_scatter", "all_to_all")  # what a group of one device returns as is
@@ -241,9 +243,12 @@ def executable(arg: CollectiveArg, shape: tuple[int, ...], dtype, devices: list[
 
 def run(arg: CollectiveArg, shape: tuple[int, ...], dtype, groups: list[list[str]], values: dict[str, Buffer],
         algorithm: Callable | None = None) -> dict[str, Buffer]:
-    """Collective `arg` within each group of device names; `values[device]` is that device's input Buffer."""
-    out: dict[str, Buffer] = {}
+    """Collective `arg` within each group of device names; `values[device]` is that device's input Buffer, for the
+    devices of this process. Groups with devices of other processes exchange through MPI (fnx.distributed)."""
+    crossing = [g for g in groups if not all(get_device(d).addressable for d in g)] if processes.count > 1 else []
+    out = distributed.run_collective(arg, shape, dtype, crossing, values) if crossing else {}
     for group in groups:
+        if crossing and group in crossing: continue
         if len(group) == 1 and (arg.kind in IDENTITY_ALONE or arg.kind == "ppermute" and arg.perm == ((0, 0),)):
             out[group[0]] = values[group[0]]  # a group of one: the value itself
             continue

@@ -10,7 +10,7 @@ over, major first (`(("data",), ())` for P("data", None) on a matrix).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -236,29 +236,46 @@ class ShardedBuffer:
         return device_of(buffer).allocator.copyout(buffer).reshape(self.local_shape)
 
     def assemble(self) -> np.ndarray:
-        """The global value on the host, put together from one copy of each shard."""
-        if len(self.shards) != self.mesh.size:
-            raise RuntimeError(f"the value of an array sharded over {self.mesh.size} devices of several processes "
-                               f"cannot be read in one process (this one holds {len(self.shards)} shards): "
-                               "read its addressable_shards, or gather it with a jitted function first")
+        """The global value on the host, put together from one copy of each shard; every block must have a copy in
+        this process (always on one process; under fnx.distributed, e.g. a replicated array, as JAX reads one)."""
         out = np.empty(self.shape, self.dtype.np)
-        seen = set()
+        here = {}
         for device in self.mesh.flat_devices:
             index = shard_index(self.mesh, self.dims, self.shape, device)
             key = tuple((s.start, s.stop) for s in index)
-            if key in seen: continue
-            seen.add(key)
-            out[index] = self.shard_value(device)
+            if device.name in self.shards:
+                if here.get(key) is None: here[key] = (index, device)
+            else:
+                here.setdefault(key, None)
+        if any(v is None for v in here.values()):
+            raise RuntimeError(f"the value of an array sharded over {self.mesh.size} devices of several processes "
+                               f"cannot be read in one process (this one holds {len(self.shards)} shards, not every "
+                               "block): read its addressable_shards, or lay it out replicated (P()) first")
+        for index, device in here.values(): out[index] = self.shard_value(device)
         out.flags.writeable = False
         return out
 
 
 def shard_host_value(value: np.ndarray, sharding: NamedSharding, what: str = "device_put") -> ShardedBuffer:
     """A ShardedBuffer holding host array `value` laid out by `sharding` (each device gets a copy of its slice)."""
-    shape = tuple(value.shape)
+    return shard_pieces(sharding, tuple(value.shape), dtypes.from_numpy(value.dtype), lambda index: value[index], what)
+
+
+def shard_pieces(sharding: NamedSharding, shape: tuple[int, ...], dtype: DType,
+                 piece: Callable[[tuple[slice, ...]], Any], what: str) -> ShardedBuffer:
+    """A ShardedBuffer of global `shape` laid out by `sharding` whose devices of this process each hold a copy of
+    `piece(index)`, the host value of the slice `index` of the global array (asked once per distinct slice)."""
     dims = sharding.check(shape, what)
-    shards = {}
+    shards, pieces = {}, {}
     for device in sharding.mesh.local_devices:
-        piece = np.ascontiguousarray(value[shard_index(sharding.mesh, dims, shape, device)])
-        shards[device.name] = device.allocator.from_numpy(piece)
-    return ShardedBuffer(sharding, dims, shape, dtypes.from_numpy(value.dtype), shards)
+        index = shard_index(sharding.mesh, dims, shape, device)
+        key = tuple((s.start, s.stop) for s in index)
+        if key not in pieces:
+            value = np.asarray(piece(index), dtype=dtype.np)
+            if value.shape != shard_shape(sharding.mesh, dims, shape):
+                raise ValueError(f"{what}: the piece for {device.name} (index {index}) has shape {value.shape}, "
+                                 f"and a shard of {shape} laid out by {sharding.spec!r} has shape "
+                                 f"{shard_shape(sharding.mesh, dims, shape)}")
+            pieces[key] = value
+        shards[device.name] = device.allocator.from_numpy(pieces[key])
+    return ShardedBuffer(sharding, dims, shape, dtype, shards)
