@@ -211,3 +211,30 @@ def test_eager_grad_and_lower_compile_on_sharded_arrays(mesh24):
     compiled = fnx.jit(loss).lower(w, xs).compile()
     np.testing.assert_allclose(float(compiled(w, xs)), float(loss(w, x)), rtol=1e-5)
     assert "per device" in compiled.as_text()
+
+
+EXACT = ["elementwise", "merge_axes", "split_axis", "slice", "flip", "pad", "concat", "take", "take_axis1", "where",
+         "broadcast_bias"]  # no sum split over devices: the same operations in the same order, so the same bits
+
+
+@pytest.mark.parametrize("name", EXACT)
+@given(data=st.data())
+def test_programs_without_split_sums_are_bit_for_bit(mesh24, name, data):
+    fn, shape = UNARY[name]
+    x = _rand(shape, seed=len(name) + 1)
+    xs = fnx.device_put(x, NamedSharding(mesh24, _spec(data.draw, shape)))
+    np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(xs)), np.asarray(fnx.jit(fn)(x)))
+
+
+@given(shape=st.lists(st.sampled_from([1, 2, 4, 6, 8, 16]), min_size=1, max_size=3).map(tuple), data=st.data())
+def test_random_shapes_and_layouts(mesh24, shape, data):
+    x = _rand(shape, seed=sum(shape))
+    xs = fnx.device_put(x, NamedSharding(mesh24, _spec(data.draw, shape)))
+    axis = data.draw(st.integers(0, len(shape) - 1))
+
+    def fn(x):
+        y = jnp.tanh(x) * 2.0 - x
+        total = jnp.sum(y, axis=axis, keepdims=True) + jnp.max(x)
+        return y / (1.0 + total * total), jnp.cumsum(x, axis=axis), jnp.moveaxis(x, axis, 0).reshape(-1)[::3]
+    for got, want in zip(fnx.jit(fn)(xs), fnx.jit(fn)(x)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
