@@ -234,6 +234,9 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     return found
 
 
+QUEUE_MIN_WORK = 1 << 16  # loop iterations from which call_async hands a call to the device's stream
+
+
 class CPUExecutable(Executable):
     """Runs the kernels of one FUNCTION in order on host buffers.
 
@@ -335,19 +338,21 @@ class CPUExecutable(Executable):
             self._aliases[donated] = donation_aliases(self.lowering.schedule, steps, donated)
         return self._aliases[donated]
 
-    def __call__(self, inputs: list[Buffer], donated: tuple[int, ...] = ()) -> list[Buffer]:
+    def __call__(self, inputs: list[Buffer], donated: tuple[int, ...] = (), queue: bool = False) -> list[Buffer]:
         """Run on `inputs` (one Buffer per PARAM); returns the output Buffers, possibly before they are computed.
 
         `donated`: indices of inputs the caller gives up; each one `aliases` allows and that no numpy view or
-        other input shares is deleted and its memory holds an output.
+        other input shares is deleted and its memory holds an output. `queue`: hand even a small call to the
+        device's stream (what `call_async` does, so that several devices work at once).
         """
-        if self.inline is not None and not donated and (outs := self._call_inline(inputs)) is not None: return outs
+        if self.inline is not None and not donated and not queue and (outs := self._call_inline(inputs)) is not None:
+            return outs
         stream = self.stream
         if self.has_control:  # host steps read values: run here, once everything queued before has run
             stream.drain()
             queued = False
         elif stream.finished == stream.submitted:  # idle
-            queued = self.queue_when_idle
+            queued = self.queue_when_idle or queue
         else:  # keep the order; a call made by the worker itself (from a host step) runs inline
             queued = not stream.on_worker()
         ptrs = self.no_addresses.copy()
@@ -375,6 +380,11 @@ class CPUExecutable(Executable):
         else:
             self._run(ptrs, buffers, waits)
         return [buffers[b] for b in self.output_ids]
+
+    def call_async(self, inputs: list[Buffer]) -> list[Buffer]:
+        """Queue the call when its loops are long enough to repay the hand-off to the stream's thread (20-70 us;
+        QUEUE_MIN_WORK iterations take about as long): a smaller one runs here, before the next device's."""
+        return self(inputs, queue=self.work >= QUEUE_MIN_WORK)
 
     def _call_inline(self, inputs: list) -> list[Buffer] | None:
         """The lean path of a small call (most of W6's dispatch time): every kernel runs whole on this thread, no

@@ -505,6 +505,11 @@ class Executable:
         """{output buffer id: input index} for the outputs that may be written into donated inputs."""
         return {}
 
+    def call_async(self, inputs: list[Buffer]) -> list[Buffer]:
+        """Like a call, but handing the work to the device's queue even when it is small: the caller is about to
+        start other devices' work (a mesh's stage) and wants them to run at once. The default runs the call."""
+        return self(inputs)
+
     def items_text(self) -> str:
         """The recorded schedule, one item per line, after the buffers it uses."""
         lines = [f"executable on {self.device}: {len(self.buffers)} buffers, outputs {list(self.output_ids)}"]

@@ -27,7 +27,11 @@ from fnx.sharding import distributed
 from fnx.uop import CollectiveArg, Ops, ParamArg, ReduceArg, UOp
 
 IDENTITY_ALONE = ("psum", "pmax", "pmin", "psum_scatter", "all_to_all")  # what a group of one device returns as is
-RING_MIN_BYTES = 1 << 22  # psum of at least this many bytes per device runs as a ring (see bench/allreduce.py)
+# psum of at least this many bytes per device runs as a ring / recursive halving. bench/allreduce.py on host devices
+# (2-vCPU Xeon): reduce_broadcast was the fastest at every size up to 64 MiB on 2, 4 and 8 devices (0.2-0.5x the
+# ring's time): one executable runs all of a collective's steps in order, so total items and bytes decide, not
+# per-link bandwidth. The switch stays for devices that copy concurrently, above anything measured here.
+RING_MIN_BYTES = 1 << 30
 
 
 # ---- UOp helpers ----

@@ -17,6 +17,7 @@ device picks its block by axis_index; a broadcast or a constant is simply built 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from fnx import dtypes
@@ -41,6 +42,7 @@ def partition(fn: UOp, mesh: Mesh, in_dims: list[Dims], out_dims: list[Dims | No
     """Partition FUNCTION `fn` over `mesh` for inputs laid out by `in_dims`; outputs are laid out by `out_dims`
     where given, else as the propagation leaves them."""
     part = _Partitioner(mesh)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # (building locally recurses along long chains)
     body = _inline_plain_calls(fn.src[0])
     params = {p.arg.slot: p for p in body.toposort if p.op is Ops.PARAM and p.arg.tag == ()}
     local_params = []
@@ -254,25 +256,48 @@ class _Partitioner:
         positions = UOp(Ops.ADD, dtypes.int32, (UOp(Ops.IOTA, dtypes.int32, (), IotaArg((local,), 0)), start))
         return UOp(Ops.INDEX, x.dtype, (x, positions), axis)
 
+    def _local_of(self, u: UOp, to: Dims) -> UOp | None:
+        """The local value of `u` laid out by `to` when no communication is needed: its own when it already is,
+        else built at the local size from replicated values (None when it cannot be)."""
+        x, have = self.values[u]
+        if have == to: return x
+        if any(have): return None
+        key = (u, to)
+        if (done := self._resharded.get(key)) is not None: return done
+        built = self._built_local(u, to)
+        if built is not None: self._resharded[key] = built
+        return built
+
     def _built_local(self, u: UOp, to: Dims) -> UOp | None:
-        """`u` built at its local size when that costs nothing: constants, iotas along unsplit axes, broadcasts
-        along the axes being split."""
-        shape = self.local_shape(u.shape, to)
-        if u.op is Ops.CONST: return UOp(Ops.CONST, u.dtype, (), ConstArg(u.arg.value, shape))
-        if u.op is Ops.IOTA and not to[u.arg.axis]: return UOp(Ops.IOTA, u.dtype, (), IotaArg(shape, u.arg.axis))
-        if u.op in GroupOp.ALU:  # (elementwise work on values built locally, as constants folded by hand are)
-            srcs = []
-            for s in u.src:
-                x, have = self.values[s]
-                local = x if have == to else self._built_local(s, to) if not any(have) else None
-                if local is None: return None
-                srcs.append(local)
-            return UOp(u.op, u.dtype, tuple(srcs), u.arg)
-        if u.op is Ops.EXPAND:
-            src = u.src[0]
+        """Replicated `u` computed again at the local size of `to`, from its sources built so in turn: a constant,
+        an iota along an unsplit axis, a broadcast, and elementwise work, reshapes, permutes and reductions over
+        other axes of such values. A value that only replicated inputs reach (the backward pass's broadcast of
+        a loss's cotangent, say) is then computed on each device's part, not whole and sliced."""
+        shape, op = self.local_shape(u.shape, to), u.op
+        if op is Ops.CONST: return UOp(Ops.CONST, u.dtype, (), ConstArg(u.arg.value, shape))
+        if op is Ops.IOTA: return UOp(Ops.IOTA, u.dtype, (), IotaArg(shape, u.arg.axis)) if not to[u.arg.axis] else None
+        if op in GroupOp.ALU:
+            srcs = [self._local_of(s, to) for s in u.src]
+            return None if any(x is None for x in srcs) else UOp(op, u.dtype, tuple(srcs), u.arg)
+        src = u.src[0] if u.src else None
+        if op is Ops.EXPAND:
             src_to = tuple(t if src.shape[i] != 1 or u.shape[i] == 1 else () for i, t in enumerate(to))
             if any(src.shape[i] == 1 and u.shape[i] != 1 for i, t in enumerate(to) if t) or src_to == to:
-                return UOp(Ops.EXPAND, u.dtype, (self.reshard(src, src_to),), shape)
+                x = self._local_of(src, src_to)
+                return UOp(op, u.dtype, (x if x is not None else self.reshard(src, src_to),), shape)
+            return None
+        if op is Ops.RESHAPE:
+            kept, src_to = _reshape_dims(u.shape, src.shape, to, self.size)
+            x = self._local_of(src, src_to) if kept == to else None
+            return None if x is None else UOp(op, u.dtype, (x,), shape)
+        if op is Ops.PERMUTE:
+            src_to = [()] * len(to)
+            for i, axis in enumerate(u.arg): src_to[axis] = to[i]
+            x = self._local_of(src, tuple(src_to))
+            return None if x is None else UOp(op, u.dtype, (x,), u.arg)
+        if op is Ops.REDUCE and not any(to[a] for a in u.arg.axes):
+            x = self._local_of(src, to)
+            return None if x is None else UOp(op, u.dtype, (x,), u.arg)
         return None
 
 

@@ -65,8 +65,11 @@ class SPMDProgram:
         for stage in self.stages:
             if stage.outputs:
                 results = {}
+                several = len(self.devices) > 1  # (then each device's stage goes to its own queue: they run at once)
                 for d in self.devices:
-                    results[d] = get_device(d).compile(stage.fn)([env[x][d] for x in stage.inputs])
+                    exe = get_device(d).compile(stage.fn)
+                    args = [env[x][d] for x in stage.inputs]
+                    results[d] = exe.call_async(args) if several else exe(args)
                 for i, o in enumerate(stage.outputs):
                     env[o] = {d: results[d][i] for d in self.devices}
             for c in stage.collectives:

@@ -2,11 +2,13 @@
 import pytest
 
 import fnx
+from fnx.backends.device import get_device
 from fnx.config import config
 
 
 @pytest.fixture
 def cpus(monkeypatch):
+    get_device("cpu:0")  # made with the process's own thread count first: later tests in this worker use it whole
     monkeypatch.setattr(config, "cpu_devices", 8)
     return fnx.devices("cpu")
 
