@@ -41,8 +41,16 @@ class Partitioned:
 def partition(fn: UOp, mesh: Mesh, in_dims: list[Dims], out_dims: list[Dims | None]) -> Partitioned:
     """Partition FUNCTION `fn` over `mesh` for inputs laid out by `in_dims`; outputs are laid out by `out_dims`
     where given, else as the propagation leaves them."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, 20_000))  # (building a value locally recurses along its chain of sources)
+    try:
+        return _partition(fn, mesh, in_dims, out_dims)
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def _partition(fn: UOp, mesh: Mesh, in_dims: list[Dims], out_dims: list[Dims | None]) -> Partitioned:
     part = _Partitioner(mesh)
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # (building locally recurses along long chains)
     body = _inline_plain_calls(fn.src[0])
     params = {p.arg.slot: p for p in body.toposort if p.op is Ops.PARAM and p.arg.tag == ()}
     local_params = []
