@@ -449,6 +449,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
     and packing of B for matmul-like reductions, threads on the outermost independent loop. `packed`: the kernel is
     scheduled as the matmul it becomes once its transposed B is packed (a @ b.T)."""
     opts: list[Opt] = []
+    if target.grid: return _grid_opts(k)
     if not k.parallel or not k.ranges and not k.reduce_ranges or _store_buffers_read(k): return opts
     if (b := _transposed_operand(k)) is not None and _rows(k) >= 8:
         # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
@@ -536,6 +537,17 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
             opts.append(Opt("THREAD", thread_axis))
     return opts
+
+
+def _grid_opts(k: Kernel) -> list[Opt]:
+    """A grid device's schedule: the outermost independent output loop becomes the grid (one work item per
+    iteration, THREAD); the rest runs in the work item. No vector lanes: the work items are the parallelism."""
+    if not k.parallel or not k.ranges or _store_buffers_read(k): return []
+    try:
+        apply_opt(k, Opt("THREAD", 0))
+    except OptError:
+        return []
+    return [Opt("THREAD", 0)]
 
 
 def _threadable(k: Kernel, opts: list[Opt], axis: int) -> bool:

@@ -24,6 +24,8 @@ class Target:
     l3_bytes: int           # L3 cache, shared (0 when unknown)
     cores: int              # cores the OS lets this process run on
     threads: int            # worker threads a kernel may be split across (THREAD)
+    grid: bool = False      # a data-parallel device: kernels launch over a grid of work items (OpenCL, CUDA)
+    local_size: int = 1     # work items of one work-group / thread block a launch uses (grid devices)
 
     @property
     def key(self) -> str:

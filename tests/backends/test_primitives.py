@@ -8,9 +8,10 @@ from hypothesis import given, strategies as st
 
 from fnx import dtypes, lax
 from fnx.backends import interp
-from fnx.backends.device import Buffer
+from fnx.backends.device import get_device
 from fnx.trace import compile_function
 from fnx.uop import GroupOp, IotaArg, Ops, ParamArg, ReduceArg, ScatterArg, UOp
+from conftest import DEVICES
 
 ALL = dtypes.DTYPES
 FLOATS = [d for d in ALL if d.is_float]
@@ -30,10 +31,19 @@ def random_values(rng: np.random.Generator, dtype, shape) -> np.ndarray:
     return v
 
 
+COMPILED = [d for d in DEVICES if d != "interp"]  # the backends under test (FNX_TEST_DEVICES); interp is the oracle
+
+
+@pytest.fixture(params=COMPILED)
+def backend(request):
+    return request.param
+
+
 def run_on(device: str, fn: UOp, args: list[np.ndarray]) -> list[np.ndarray]:
     exe = compile_function(fn, f"{device}:0")
-    outs = exe([Buffer.from_numpy(f"{device}:0", a) for a in args])
-    return [b.numpy(u.shape) for b, u in zip(outs, fn.src[0].src)]
+    allocator = get_device(f"{device}:0").allocator
+    outs = exe([allocator.from_numpy(a) for a in args])
+    return [get_device(b.device).allocator.copyout(b).reshape(u.shape) for b, u in zip(outs, fn.src[0].src)]
 
 
 def function_of(build, avals) -> UOp:
@@ -71,7 +81,7 @@ def _cases():
 
 
 @pytest.mark.parametrize("op,dtype", list(_cases()), ids=lambda v: getattr(v, "name", str(v)))
-def test_alu_matches_oracle(op, dtype):
+def test_alu_matches_oracle(op, dtype, backend):
     rng = np.random.default_rng(zlib.crc32(f'{op.name}{dtype.name}'.encode()))
     shape = (3, 17)
     nsrc = 1 if op in GroupOp.Unary else 2
@@ -81,13 +91,13 @@ def test_alu_matches_oracle(op, dtype):
     out_dtype = dtypes.bool_ if op in GroupOp.Comparison else dtype
     fn = function_of(lambda *p: UOp(op, out_dtype, p), [(shape, dtype)] * nsrc)
     want = interp.run(fn, args)[0]
-    got = run_on("cpu", fn, args)[0]
+    got = run_on(backend, fn, args)[0]
     assert_same(got, want, out_dtype)
 
 
 @pytest.mark.parametrize("src", ALL, ids=lambda d: d.name)
 @pytest.mark.parametrize("dst", ALL, ids=lambda d: d.name)
-def test_cast_matches_oracle(src, dst):
+def test_cast_matches_oracle(src, dst, backend):
     rng = np.random.default_rng(7)
     x = random_values(rng, src, (5, 9))
     if src.is_float and dst.is_int:  # in range: out-of-range float->int casts are implementation-defined in numpy
@@ -95,7 +105,7 @@ def test_cast_matches_oracle(src, dst):
         x = np.clip(x.astype(np.float64), max(info.min, -1e6), min(info.max, 1e6)).astype(src.np)
     fn = function_of(lambda p: UOp(Ops.CAST, dst, (p,)), [((5, 9), src)])
     want = interp.run(fn, [x])[0]
-    assert_same(run_on("cpu", fn, [x])[0], want, dst)
+    assert_same(run_on(backend, fn, [x])[0], want, dst)
     if not (src.is_float and dst.is_int and dst.is_unsigned):
         assert_same(want, x.astype(dst.np) if not dst.is_bool else x != 0, dst)
 
@@ -103,28 +113,28 @@ def test_cast_matches_oracle(src, dst):
 @pytest.mark.parametrize("pair", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float32),
                                   (dtypes.float16, dtypes.int16), (dtypes.bfloat16, dtypes.uint16),
                                   (dtypes.float64, dtypes.uint64), (dtypes.uint8, dtypes.int8)])
-def test_bitcast(pair):
+def test_bitcast(pair, backend):
     src, dst = pair
     x = random_values(np.random.default_rng(1), src, (4, 4))
     fn = function_of(lambda p: UOp(Ops.BITCAST, dst, (p,)), [((4, 4), src)])
-    got = run_on("cpu", fn, [x])[0]
+    got = run_on(backend, fn, [x])[0]
     assert_same(got, x.view(dst.np), dst)
 
 
-def test_where_all_dtypes():
+def test_where_all_dtypes(backend):
     rng = np.random.default_rng(3)
     for d in ALL:
         c, a, b = rng.random((6, 6)) < 0.5, random_values(rng, d, (6, 6)), random_values(rng, d, (6, 6))
         fn = function_of(lambda p, q, r: UOp(Ops.WHERE, d, (p, q, r)),
                          [((6, 6), dtypes.bool_), ((6, 6), d), ((6, 6), d)])
-        assert_same(run_on("cpu", fn, [c, a, b])[0], np.where(c, a, b), d)
+        assert_same(run_on(backend, fn, [c, a, b])[0], np.where(c, a, b), d)
 
 
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX, Ops.MUL])
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8, dtypes.bool_,
                                    dtypes.bfloat16, dtypes.int64], ids=lambda d: d.name)
 @given(shape=st.lists(st.integers(0, 5), min_size=1, max_size=3), data=st.data())
-def test_reduce(op, dtype, shape, data):
+def test_reduce(op, dtype, shape, data, backend):
     shape = tuple(shape)
     axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
     x = random_values(np.random.default_rng(0), dtype, shape)
@@ -135,11 +145,11 @@ def test_reduce(op, dtype, shape, data):
     if x.size or op is not Ops.MAX:
         wide = x.astype(np.float32) if dtype.is_float and dtype.itemsize == 2 else x  # 16-bit floats sum in f32
         assert_same(want, ref(wide, axis=axes, keepdims=True).astype(dtype.np), dtype)
-    assert_same(run_on("cpu", fn, [x])[0], want, dtype)
+    assert_same(run_on(backend, fn, [x])[0], want, dtype)
 
 
 @given(data=st.data())
-def test_movement_chains(data):
+def test_movement_chains(data, backend):
     """Random chains of movement ops on an input equal numpy's, on every backend (they become index arithmetic)."""
     shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
     x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
@@ -170,12 +180,12 @@ def test_movement_chains(data):
     u = UOp(Ops.ADD, u.dtype, (u, UOp.const(u.dtype, 1, u.shape)))
     param = UOp(Ops.PARAM, dtypes.int32, (), ParamArg(0, shape, None))
     fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (u,)), param))
-    np.testing.assert_array_equal(run_on("cpu", fn, [x])[0], ref + 1)
+    np.testing.assert_array_equal(run_on(backend, fn, [x])[0], ref + 1)
     np.testing.assert_array_equal(interp.run(fn, [x])[0], ref + 1)
 
 
 @pytest.mark.parametrize("mode", ["set", "add", "mul", "min", "max"])
-def test_gather_scatter(mode):
+def test_gather_scatter(mode, backend):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 6)).astype(np.float32)
     idx = np.array([[0, 5, 9], [-1, 2, 2]], dtype=np.int32)
@@ -183,7 +193,7 @@ def test_gather_scatter(mode):
     fn = function_of(lambda a, i, v: UOp(Ops.SCATTER, dtypes.float32, (a, i, v), ScatterArg(1, mode)),
                      [((4, 6), dtypes.float32), ((2, 3), dtypes.int32), ((4, 2, 3), dtypes.float32)])
     want = interp.run(fn, [x, idx, upd])[0]
-    np.testing.assert_allclose(run_on("cpu", fn, [x, idx, upd])[0], want, rtol=1e-6)
+    np.testing.assert_allclose(run_on(backend, fn, [x, idx, upd])[0], want, rtol=1e-6)
     ref = x.copy()
     ufunc = {"set": None, "add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}[mode]
     for j, t in enumerate(idx.reshape(-1)):
@@ -192,13 +202,13 @@ def test_gather_scatter(mode):
     np.testing.assert_allclose(want, ref, rtol=1e-6)
     g = function_of(lambda a, i: UOp(Ops.INDEX, dtypes.float32, (a, i), 1),
                     [((4, 6), dtypes.float32), ((2, 3), dtypes.int32)])
-    np.testing.assert_array_equal(run_on("cpu", g, [x, idx])[0], np.take(x, np.clip(idx, 0, 5), axis=1))
+    np.testing.assert_array_equal(run_on(backend, g, [x, idx])[0], np.take(x, np.clip(idx, 0, 5), axis=1))
 
 
-def test_iota_and_constants():
+def test_iota_and_constants(backend):
     fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (
         UOp(Ops.IOTA, dtypes.int32, (), IotaArg((3, 4), 1)), UOp.const(dtypes.float16, 1.5, (2, 2)))),))
-    iota, const = run_on("cpu", fn, [])
+    iota, const = run_on(backend, fn, [])
     np.testing.assert_array_equal(iota, np.broadcast_to(np.arange(4, dtype=np.int32), (3, 4)))
     np.testing.assert_array_equal(const, np.full((2, 2), 1.5, np.float16))
 
@@ -211,7 +221,7 @@ def test_lax_primitives_run_eagerly(device):
 
 @pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN, Ops.RECIP])
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
-def test_transcendental_special_values(op, dtype):
+def test_transcendental_special_values(op, dtype, backend):
     """Compiled transcendentals (polynomials after instruction selection) keep numpy's special values and
     accuracy across the whole range: 0, subnormals, huge, inf, nan, negative."""
     info = np.finfo(dtype.np)
@@ -222,7 +232,7 @@ def test_transcendental_special_values(op, dtype):
     x = x.astype(dtype.np)
     if op is Ops.SIN: x = x[np.abs(x) < 1e4]
     fn = function_of(lambda p: UOp(op, dtype, (p,)), [(x.shape, dtype)])
-    got = run_on("cpu", fn, [x])[0].astype(np.float64)
+    got = run_on(backend, fn, [x])[0].astype(np.float64)
     want = interp.run(fn, [x])[0].astype(np.float64)
     assert np.array_equal(np.isnan(got), np.isnan(want))
     tol = 4 * float(info.eps)

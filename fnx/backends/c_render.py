@@ -1,0 +1,343 @@
+"""Render linearized kernels as C for data-parallel devices: OpenCL C and CUDA C, one code-for-op table.
+
+A kernel is launched over a grid: its thread-split loop (the optimizer's THREAD, which grid targets put on the
+outermost output loop) becomes the work item's global index, `r = lo + global id`, guarded by `r < hi`; its other
+loops run in the work item. Arguments: one pointer per buffer, then `lo` and `hi` (int64).
+
+The semantics are the LLVM renderer's (fnx/backends/llvm_render.py), so every backend answers alike:
+- registers hold bool as bool and float16/bfloat16 as float; memory holds bool as uchar and 16-bit floats as
+  ushort, converted by the prelude's functions (round to nearest even; a NaN stays a NaN) — no fp16 extension
+  needed. An inexact op on a 16-bit float is rounded to it before any other op reads it; 16-bit sums accumulate
+  in float and round once;
+- integer x / 0 = -1, x % 0 = x, MIN / -1 = MIN (no trap); shifts by the width or more give 0 (or the sign);
+- float -> int casts saturate (NaN -> 0); float max propagates NaN and prefers +0 over -0;
+- a false load gate reads nothing (the consumer discards the 0); constants are exact (hexadecimal literals).
+Scalar code: grid targets get no vector lanes (the work items are the parallelism).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from fnx import dtypes
+from fnx.backends.device import Renderer
+from fnx.dtypes import DType
+from fnx.errors import UnsupportedError
+from fnx.lower.linearize import Linear
+from fnx.lower.rangeify import Kernel, reduce_identity
+from fnx.uop import Ops, UOp
+
+_INEXACT = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
+
+
+def is_half(d: DType) -> bool:
+    return d.is_float and d.itemsize == 2
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between C-like kernel languages."""
+    name: str
+    kernel: str                # before `void name(...)`
+    pointer: str               # qualifier of a buffer pointer
+    global_id: str             # the work item's index in the grid
+    int64: str
+    uint64: str
+    prelude: str               # type names and helper functions every module starts with
+
+    def c_type(self, d: DType) -> str:
+        """The register type of `d`."""
+        if d.is_bool: return "bool"
+        if d.is_float: return "double" if d.itemsize == 8 else "float"
+        return {1: ("char", "uchar"), 2: ("short", "ushort"), 4: ("int", "uint"),
+                8: (self.int64, self.uint64)}[d.itemsize][d.is_unsigned]
+
+    def mem_type(self, d: DType) -> str:
+        if d.is_bool: return "uchar"
+        if is_half(d): return "ushort"
+        return self.c_type(d)
+
+
+# the helpers both dialects share (16-bit floats, NaN-propagating max, the odd rounding of double -> float)
+_COMMON = r"""
+static inline float f16_to_f32(ushort h) {
+  uint s = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  if (e == 0x1fu) bits = s | 0x7f800000u | (m << 13);
+  else if (e != 0u) bits = s | ((e + 112u) << 23) | (m << 13);
+  else if (m == 0u) bits = s;
+  else { e = 113u; while ((m & 0x400u) == 0u) { m <<= 1; e -= 1u; } bits = s | (e << 23) | ((m & 0x3ffu) << 13); }
+  return AS_FLOAT(bits);
+}
+static inline ushort f32_to_f16(float f) {
+  uint x = AS_UINT(f), s = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (ushort)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (ushort)(s | 0x7c00u);
+  if (a >= 0x38800000u) { uint r = a - 0x38000000u; r += 0xfffu + ((r >> 13) & 1u); return (ushort)(s | (r >> 13)); }
+  if (a < 0x33000001u) return (ushort)s;
+  uint e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e, r = m >> shift;
+  uint rest = m & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+  if (rest > mid || (rest == mid && (r & 1u))) r += 1u;
+  return (ushort)(s | r);
+}
+static inline float bf16_to_f32(ushort h) { return AS_FLOAT((uint)h << 16); }
+static inline ushort f32_to_bf16(float f) {
+  uint x = AS_UINT(f);
+  if (f != f) return (ushort)(((x & 0x80000000u) | 0x7fc00000u) >> 16);
+  return (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+static inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
+static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+static inline float max_f32(float a, float b) {
+  if (a != a || b != b) return a + b;
+  return a > b ? a : b > a ? b : (AS_UINT(a) >> 31) ? b : a;
+}
+static inline double max_f64(double a, double b) {
+  if (a != a || b != b) return a + b;
+  return a > b ? a : b > a ? b : (AS_ULONG(a) >> 63) ? b : a;
+}
+static inline float odd_float(double a) {
+  float near = (float)a;
+  double wide = (double)near;
+  uint bits = AS_UINT(near);
+  if ((bits & 1u) == 0u && wide != a && a == a) bits = fabs(wide) > fabs(a) ? bits - 1u : bits + 1u;
+  return AS_FLOAT(bits);
+}
+"""
+
+OPENCL = Dialect(
+    "opencl", "__kernel", "__global", "get_global_id(0)", "long", "ulong",
+    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    "#define AS_FLOAT(x) as_float(x)\n#define AS_UINT(x) as_uint(x)\n#define AS_ULONG(x) as_ulong(x)\n" + _COMMON)
+
+CUDA = Dialect(
+    "cuda", 'extern "C" __global__', "", "(blockIdx.x * (long long)blockDim.x + threadIdx.x)", "long long",
+    "unsigned long long",
+    "typedef unsigned char uchar;\ntypedef unsigned short ushort;\ntypedef unsigned int uint;\n"
+    "typedef unsigned long long ulong;\n#define static static __device__\n"
+    "#define AS_FLOAT(x) __uint_as_float(x)\n#define AS_UINT(x) __float_as_uint(x)\n"
+    "#define AS_ULONG(x) ((ulong)__double_as_longlong(x))\n" + _COMMON + "#undef static\n")
+
+
+class KernelRenderer:
+    """One kernel's linear program as one C function."""
+
+    def __init__(self, kernel: Kernel, lines: Linear, dialect: Dialect):
+        if kernel.lanes:
+            raise UnsupportedError(f"{dialect.name} renderer: kernel {kernel.name} has vector lanes; grid targets "
+                                   "schedule scalar work items")
+        self.kernel, self.lines, self.d = kernel, lines, dialect
+        self.names: dict[UOp, str] = {}
+        self.acc: dict[UOp, str] = {}
+        self.body: list[str] = []
+        self.depth = 1
+
+    def emit(self, text: str) -> None:
+        self.body.append("  " * self.depth + text)
+
+    def define(self, u: UOp, text: str, d: DType | None = None) -> str:
+        name = self.names[u] = f"v{len(self.names)}"
+        self.emit(f"{self.d.c_type(d or u.dtype)} {name} = {text};")
+        return name
+
+    # ---- constants ----
+    def const(self, value, d: DType) -> str:
+        if d.is_bool: return "true" if value else "false"
+        if d.is_float:
+            with np.errstate(over="ignore"):  # exact in its dtype (out of range: inf), as the LLVM renderer
+                value = float(np.array(value, dtype=d.np))
+            if d.itemsize == 8:
+                return f"AS_DOUBLE_BITS({struct.unpack('<Q', struct.pack('<d', value))[0]}UL)" \
+                    if not np.isfinite(value) else f"{value.hex()}"
+            value = float(np.float32(value))
+            if not np.isfinite(value): return f"AS_FLOAT({struct.unpack('<I', struct.pack('<f', value))[0]}u)"
+            return f"{value.hex()}f"
+        v = int(value)
+        if d.itemsize == 8: return f"(({self.d.c_type(d)}){v}{'ULL' if d.is_unsigned else 'LL'})" if v != -2 ** 63 \
+            else f"(({self.d.c_type(d)})(-9223372036854775807LL - 1))"
+        if d.itemsize == 4 and not d.is_unsigned and v == -2 ** 31: return "((int)(-2147483647 - 1))"
+        return f"(({self.d.c_type(d)}){v}{'u' if d.is_unsigned else ''})"
+
+    def value(self, u: UOp) -> str:
+        if u.op is Ops.CONST: return self.const(u.arg.value, u.dtype)
+        if u.op is Ops.RANGE: return f"r{u.arg.number}"
+        return self.names[u]
+
+    # ---- the function ----
+    def render(self) -> str:
+        k, d = self.kernel, self.d
+        types = {u.arg.slot: u.dtype for u in k.sink.toposort if u.op is Ops.PARAM}
+        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
+        args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
+                for i in range(max(len(k.args), 1))] + [f"{d.int64} lo", f"{d.int64} hi"]
+        for what, u in self.lines: getattr(self, f"line_{what}")(u)
+        return "\n".join([f"{d.kernel} void {k.name}({', '.join(args)}) {{"] + self.body + ["}"])
+
+    # ---- loops and accumulators ----
+    def line_open(self, r: UOp) -> None:
+        i, k = r.arg.number, self.kernel
+        if k.thread_range >= 0 and k.ranges[k.thread_range] is r:  # a work item of the grid
+            self.emit(f"{{ {self.d.int64} r{i} = lo + {self.d.global_id}; if (r{i} < hi) {{")
+        else:
+            self.emit(f"for ({self.d.int64} r{i} = 0; r{i} < {r.arg.size}; r{i}++) {{")
+        self.depth += 1
+
+    def line_close(self, r: UOp) -> None:
+        self.depth -= 1
+        k = self.kernel
+        self.emit("} }" if k.thread_range >= 0 and k.ranges[k.thread_range] is r else "}")
+
+    def acc_dtype(self, red: UOp) -> DType:
+        return dtypes.float32 if is_half(red.dtype) else red.dtype
+
+    def line_acc_init(self, red: UOp) -> None:
+        name = self.acc[red] = f"acc{len(self.acc)}"
+        d = self.acc_dtype(red)
+        self.emit(f"{self.d.c_type(d)} {name} = {self.const(reduce_identity(red.arg.op, red.dtype), d)};")
+
+    def line_acc_update(self, red: UOp) -> None:
+        acc, d = self.acc[red], self.acc_dtype(red)
+        self.emit(f"{acc} = {self.binary(red.arg.op, d, acc, self.value(red.src[0]))};")
+
+    # ---- nodes ----
+    def line_node(self, u: UOp) -> None:
+        if u.op in (Ops.CONST, Ops.PARAM): return
+        if u.op is Ops.STORE: return self.store(u)
+        if u.op is Ops.REDUCE: text = self.acc[u]
+        elif u.op is Ops.LOAD: text = self.load(u)
+        elif u.op is Ops.CAST: text = self.cast(self.value(u.src[0]), u.src[0].dtype, u.dtype)
+        elif u.op is Ops.BITCAST: text = self.bitcast(self.value(u.src[0]), u.src[0].dtype, u.dtype)
+        else: text = self.alu(u)
+        if is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg.op is Ops.MAX):
+            text = self.round_to(text, u.dtype)
+        self.define(u, text)
+
+    def round_to(self, text: str, d: DType) -> str:
+        return f"round_f16({text})" if d == dtypes.float16 else f"round_bf16({text})"
+
+    def load(self, u: UOp) -> str:
+        buf, index = self.value(u.src[0]), self.value(u.src[1])
+        raw = self.from_memory(f"{buf}[{index}]", u.dtype)
+        if len(u.src) > 2: return f"({self.value(u.src[2])} ? {raw} : {self.const(0, u.dtype)})"
+        return raw
+
+    def from_memory(self, text: str, d: DType) -> str:
+        if d.is_bool: return f"({text} != 0)"
+        if d == dtypes.float16: return f"f16_to_f32({text})"
+        if d == dtypes.bfloat16: return f"bf16_to_f32({text})"
+        return text
+
+    def to_memory(self, text: str, d: DType) -> str:
+        if d.is_bool: return f"(uchar)({text})"
+        if d == dtypes.float16: return f"f32_to_f16({text})"
+        if d == dtypes.bfloat16: return f"f32_to_bf16({text})"
+        return text
+
+    def store(self, u: UOp) -> None:
+        buf, index, val = u.src[0], u.src[1], u.src[2]
+        text = f"{self.value(buf)}[{self.value(index)}] = {self.to_memory(self.value(val), val.dtype)};"
+        self.emit(f"if ({self.value(u.src[3])}) {text}" if len(u.src) > 3 else text)
+
+    def alu(self, u: UOp) -> str:
+        args = [self.value(s) for s in u.src]
+        src = u.src[0].dtype
+        op = u.op
+        if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
+        if op is Ops.RECIP: return f"({self.const(1.0, u.dtype)} / {args[0]})"
+        if op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC):
+            return f"{op.name.lower()}({args[0]})"
+        if op is Ops.CMPLT: return f"({args[0]} < {args[1]})"
+        if op is Ops.CMPNE: return f"({args[0]} != {args[1]})"
+        if op in (Ops.AND, Ops.OR, Ops.XOR):
+            return f"({args[0]} {dict(AND='&', OR='|', XOR='^')[op.name]} {args[1]})"
+        if op in (Ops.DIV, Ops.MOD) and not src.is_float: return self.divide(op, src, *args)
+        if op in (Ops.SHL, Ops.SHR): return self.shift(op, src, *args)
+        if op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD): return self.binary(op, src, *args)
+        raise UnsupportedError(f"{self.d.name} renderer: no rule for {op.name} ({u.dtype}) in kernel "
+                               f"{self.kernel.name}")
+
+    def binary(self, op: Ops, d: DType, a: str, b: str) -> str:
+        """ADD, MUL, MAX (also a reduction's update), and float DIV and MOD."""
+        if d.is_bool: return f"({a} {'&' if op is Ops.MUL else '|'} {b})"
+        if op in (Ops.ADD, Ops.MUL) and d.is_int and not d.is_unsigned and d.itemsize >= 4:
+            u = self.unsigned(d)  # signed overflow is undefined in C: wrap in unsigned arithmetic
+            return f"(({self.d.c_type(d)})(({u})({a}) {'+' if op is Ops.ADD else '*'} ({u})({b})))"
+        if op is Ops.ADD: return f"({a} + {b})"
+        if op is Ops.MUL: return f"({a} * {b})"
+        if op is Ops.DIV: return f"({a} / {b})"
+        if op is Ops.MOD: return f"fmod({a}, {b})"
+        if d.is_float: return f"max_f{8 * max(d.itemsize, 4)}({a}, {b})"
+        return f"({a} > {b} ? {a} : {b})"
+
+    def divide(self, op: Ops, d: DType, a: str, b: str) -> str:
+        if d.is_bool: return a if op is Ops.DIV else "false"
+        zero, one, sign = self.const(0, d), self.const(1, d), "/" if op is Ops.DIV else "%"
+        if d.is_unsigned:
+            inner = f"({a} {sign} ({b} == {zero} ? {one} : {b}))"
+        else:  # MIN / -1 overflows (and traps): x / -1 is the negation (wrapping), x % -1 is 0
+            minus = self.const(-1, d)
+            plain = f"({a} {sign} ({b} == {zero} || {b} == {minus} ? {one} : {b}))"
+            negated = f"({self.d.c_type(d)})({self.unsigned(d)})(0u - ({self.unsigned(d)})({a}))"
+            inner = f"({b} == {minus} ? {negated if op is Ops.DIV else zero} : {plain})"
+        return f"({b} == {zero} ? {self.const(-1, d) if op is Ops.DIV else a} : {inner})"
+
+    def unsigned(self, d: DType) -> str:
+        return self.d.c_type({1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[d.itemsize])
+
+    def shift(self, op: Ops, d: DType, a: str, b: str) -> str:
+        bits, t = 8 * d.itemsize, self.d.c_type(d)
+        big = f"(({self.unsigned(d)})({b}) >= {bits}u)"
+        if op is Ops.SHL:
+            return f"({big} ? {self.const(0, d)} : ({t})(({self.unsigned(d)})({a}) << ({b})))"
+        overflow = self.const(0, d) if d.is_unsigned else f"({a} < {self.const(0, d)} ? {self.const(-1, d)} : " \
+                                                            f"{self.const(0, d)})"
+        return f"({big} ? {overflow} : ({t})({a} >> ({b})))"
+
+    def cast(self, a: str, src: DType, d: DType) -> str:
+        t = self.d.c_type(d)
+        if d.is_bool: return f"({a} != {self.const(0, src)})"
+        if src.is_float and d.is_float:
+            if src.itemsize == 8 and is_half(d): return self.round_to(f"odd_float({a})", d)
+            out = f"(({t})({a}))"
+            return self.round_to(out, d) if is_half(d) else out
+        if src.is_float:  # saturating (NaN -> 0, beyond the range -> its end), as XLA
+            bits = 8 * d.itemsize
+            lo, top = (0.0, 2.0 ** bits) if d.is_unsigned else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
+            reg = dtypes.float32 if is_half(src) else src
+            return (f"({a} != {a} ? {self.const(0, d)} : {a} >= {self.const(top, reg)} ? {self.const(int(top) - 1, d)}"
+                    f" : {a} < {self.const(lo, reg)} ? {self.const(int(lo), d)} : ({t})({a}))")
+        if d.is_float:
+            if is_half(d) and src.itemsize >= 4:  # through double and odd rounding: float could round twice
+                return self.round_to(f"odd_float((double)({a}))", d)
+            out = f"(({t})({a}))"
+            return self.round_to(out, d) if is_half(d) else out
+        return f"(({t})({a}))"
+
+    def bitcast(self, a: str, src: DType, d: DType) -> str:
+        bits = {1: "uchar", 2: "ushort", 4: "uint", 8: self.d.uint64}[d.itemsize]
+        if src == dtypes.float16: raw = f"f32_to_f16({a})"
+        elif src == dtypes.bfloat16: raw = f"f32_to_bf16({a})"
+        elif src.is_bool: raw = f"(uchar)({a})"
+        elif src.is_float: raw = f"AS_UINT({a})" if src.itemsize == 4 else f"AS_ULONG({a})"
+        else: raw = f"(({bits})({a}))"
+        if d == dtypes.float16: return f"f16_to_f32({raw})"
+        if d == dtypes.bfloat16: return f"bf16_to_f32({raw})"
+        if d.is_bool: return f"({raw} != 0)"
+        if d.is_float: return f"AS_FLOAT({raw})" if d.itemsize == 4 else f"AS_DOUBLE_BITS({raw})"
+        return f"(({self.d.c_type(d)})({raw}))"
+
+
+class CRenderer(Renderer):
+    """Linear kernels -> one C module of `dialect`: the prelude, then one function per kernel."""
+
+    def __init__(self, dialect: Dialect):
+        self.dialect = dialect
+
+    def render(self, kernels: list) -> str:
+        functions = [KernelRenderer(k, lines, self.dialect).render() for k, lines in kernels]
+        return "\n\n".join([self.dialect.prelude + _DOUBLE_BITS[self.dialect.name]] + functions) + "\n"
+
+
+_DOUBLE_BITS = {"opencl": "#define AS_DOUBLE_BITS(x) as_double((ulong)(x))\n",
+                "cuda": "#define AS_DOUBLE_BITS(x) __longlong_as_double((long long)(x))\n"}

@@ -1,0 +1,168 @@
+"""The OpenCL backend (pyopencl): `opencl:N` for each device of the first platform that has any (PoCL gives one
+on the CPU; a GPU driver gives the GPU).
+
+- memory: `CLBuffer`s (a cl.Buffer each) through `CLAllocator`; copies to and from the host are blocking
+  enqueue_copy calls on the device's in-order queue, so they see every kernel queued before;
+- code: fnx/backends/c_render.py's OpenCL C (one code-for-op table shared with CUDA); `CLCompiler` builds it with
+  the device's compiler and caches the program binary on disk (`ObjectCache`, keyed by source and device);
+- kernels: `CLProgram` launches a kernel over the grid of its thread-split loop ((hi - lo) work items, rounded
+  up to the work-group size) on the queue, asynchronously; the generic ReplayExecutable runs the schedule;
+- the Target says `grid`: the optimizer gives each kernel's outermost independent loop to the grid.
+pyopencl is an optional extra (`pip install 'fnx[opencl]'`): without it, or without a device, the platform reports
+no devices and `opencl` is an unknown device only when used.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from fnx import dtypes
+from fnx.backends.c_render import OPENCL, CRenderer
+from fnx.backends.device import (Allocator, Buffer, Compiler, Device, ObjectCache, Program, Runtime,
+                                 register_runtime)
+from fnx.backends.replay import ReplayExecutable
+from fnx.config import config
+from fnx.dtypes import DType
+from fnx.lower.target import Target
+from fnx.uop import UOp
+
+
+@functools.lru_cache(maxsize=1)
+def _cl_devices() -> list:
+    """The OpenCL devices of the first platform that has any ([] without pyopencl or a driver)."""
+    try:
+        import pyopencl as cl
+        for platform in cl.get_platforms():
+            found = platform.get_devices()
+            if found: return list(found)
+    except Exception:  # noqa: BLE001  (no ICD loader, no platform: no devices)
+        return []
+    return []
+
+
+class CLBuffer(Buffer):
+    """A device allocation: `handle` is the cl.Buffer (at least one byte: OpenCL has no empty buffers)."""
+    __slots__ = ("handle",)
+
+    def __init__(self, device: str, dtype: DType, size: int, handle):
+        self.device, self.dtype, self.size, self.ready, self.handle = device, dtype, size, None, handle
+        self._host, self.ptr = None, 1  # (not host memory: no address; 1 so that `not ptr` means deleted)
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.handle is None
+
+    @property
+    def host(self) -> np.ndarray:
+        raise TypeError(f"{self.device}: device memory has no host view; read it with its allocator's copyout")
+
+    def numpy(self, shape: tuple[int, ...]) -> np.ndarray:
+        return _allocators[self.device].copyout(self).reshape(shape)
+
+
+_allocators: dict[str, CLAllocator] = {}
+
+
+class CLAllocator(Allocator):
+    def __init__(self, device: str, context, queue):
+        import pyopencl as cl
+        self.cl, self.device, self.context, self.queue = cl, device, context, queue
+        _allocators[device] = self
+
+    def alloc(self, dtype: DType, size: int) -> CLBuffer:
+        handle = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(1, size * dtype.itemsize))
+        return CLBuffer(self.device, dtype, size, handle)
+
+    def copyin(self, dst: Buffer, host: np.ndarray) -> None:
+        if dst.size: self.cl.enqueue_copy(self.queue, dst.handle, np.ascontiguousarray(host), is_blocking=True)
+
+    def copyout(self, src: Buffer) -> np.ndarray:
+        out = np.empty(src.size, src.dtype.np)
+        if src.size: self.cl.enqueue_copy(self.queue, out, src.handle, is_blocking=True)
+        out.flags.writeable = False
+        return out
+
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        if src.size: self.cl.enqueue_copy(self.queue, dst.handle, src.handle, byte_count=src.size * src.dtype.itemsize)
+
+    def transfer(self, dst: Buffer, src: Buffer) -> bool:
+        """A copy between buffers of this device (other devices go through the host)."""
+        if src.device != self.device or not isinstance(src, CLBuffer): return False
+        self.copy(dst, src)
+        return True
+
+    def from_numpy(self, array: np.ndarray) -> CLBuffer:
+        flat = np.ascontiguousarray(array).reshape(-1)
+        buf = self.alloc(dtypes.from_numpy(flat.dtype), flat.size)
+        self.copyin(buf, flat)
+        return buf
+
+
+class CLCompiler(Compiler):
+    """OpenCL C -> the device's program binary (cached on disk by source and device)."""
+
+    def __init__(self, cache: ObjectCache, context, device):
+        super().__init__(cache)
+        self.context, self.device = context, device
+
+    def compile_uncached(self, source: str) -> bytes:
+        import pyopencl as cl
+        try:
+            program = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])
+        except cl.RuntimeError as err:
+            raise RuntimeError(f"OpenCL build failed on {self.device.name}: {err}") from None
+        return bytes(program.get_info(cl.program_info.BINARIES)[0])
+
+
+class CLProgram(Program):
+    """One kernel of a built program: `program(*buffers, dims=(lo, hi))` runs iterations lo..hi of its grid loop."""
+
+    def __init__(self, name: str, kernel, queue, local: int):
+        self.name, self.kernel, self.queue, self.local = name, kernel, queue, local
+
+    def __call__(self, *buffers: Buffer, dims: tuple = (0, 1)) -> None:
+        lo, hi = dims
+        count = max(hi - lo, 1)
+        local = min(self.local, count)
+        self.kernel(self.queue, (-(-count // local) * local,), (local,), *[b.handle for b in buffers],
+                    np.int64(lo), np.int64(hi))
+
+
+def _target(device) -> Target:
+    """The grid device's facts, read from it."""
+    import pyopencl as cl
+    return Target(device.name, "", "", vector_bytes=4, vector_registers=16, fma=True,
+                  l1_bytes=int(device.get_info(cl.device_info.LOCAL_MEM_SIZE)),
+                  l2_bytes=int(device.get_info(cl.device_info.GLOBAL_MEM_CACHE_SIZE) or 0), l3_bytes=0,
+                  cores=int(device.get_info(cl.device_info.MAX_COMPUTE_UNITS)), threads=1, grid=True,
+                  local_size=max(1, min(64, int(device.get_info(cl.device_info.MAX_WORK_GROUP_SIZE)))))
+
+
+class CLDevice(Device):
+    def __init__(self, ordinal: int):
+        import pyopencl as cl
+        device = _cl_devices()[ordinal]
+        self.cl_device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device)
+        name = f"opencl:{ordinal}"
+        target = _target(device)
+        key = f"opencl {device.platform.name} {device.name} {device.version} {device.driver_version} {target.key}"
+        super().__init__("opencl", ordinal, CLAllocator(name, self.context, self.queue), target=target,
+                         renderer=CRenderer(OPENCL),
+                         compiler=CLCompiler(ObjectCache(config.cache_dir, key, suffix=".clbin"), self.context, device))
+        self._built: dict[bytes, object] = {}
+
+    def executable(self, fn: UOp) -> ReplayExecutable:
+        return ReplayExecutable(fn, self)
+
+    def program(self, name: str, binary: bytes) -> CLProgram:
+        import pyopencl as cl
+        built = self._built.get(binary)
+        if built is None:
+            built = self._built[binary] = cl.Program(self.context, [self.cl_device], [binary]).build()
+        return CLProgram(name, cl.Kernel(built, name), self.queue, self.target.local_size)
+
+
+register_runtime(Runtime("opencl", lambda: len(_cl_devices()), CLDevice))
