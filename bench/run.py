@@ -539,6 +539,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("workloads", nargs="*", metavar="W", help=f"some of {', '.join(WORKLOADS)} (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write every result (seconds, GB/s, GFLOP/s) as JSON")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table for the README")
+    parser.add_argument("--devices", default="cpu", help="fnx devices to run each workload on, one after another "
+                                                         "(e.g. cpu,opencl; numpy and JAX run beside each)")
     args = parser.parse_args(argv)
     unknown = [w for w in args.workloads if w.upper() not in WORKLOADS]
     if unknown: parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
@@ -550,7 +552,13 @@ def main(argv: list[str]) -> None:
     peak, how = core_peak()
     print(f"float32 peak estimate: {how[0]}")
     for line in how[1:]: print(f"{'':23s}{line}")
-    rows = [row for name in chosen for row in WORKLOADS[name]()]
+    rows = []
+    for device in args.devices.split(","):
+        if device != "cpu": print(f"--- fnx on {device} ({fnx.devices(device.split(':')[0])[0]}) ---")
+        with fnx.default_device(device):
+            for name in chosen:
+                for row in WORKLOADS[name]():
+                    rows.append({**row, "device": device})
     command = " ".join(["python", "bench/run.py", *argv])
     if args.json:
         with open(args.json, "w") as f:

@@ -20,6 +20,7 @@ from fnx import nn, optim, random  # noqa: E402
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
+from fnx.backends import cuda as _cuda  # noqa: E402,F401  (registers cuda: GPUs, or one compile-only device with NVRTC)
 
 __all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
            "device_put", "devices", "distributed", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit",

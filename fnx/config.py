@@ -18,6 +18,7 @@ class Config:
                                 # (AVX2), 'x86-64-v4' (AVX-512), 'x86-64-v2', or a name like 'znver4'
     distributed_timeout: float = 300.0  # FNX_DISTRIBUTED_TIMEOUT: seconds a process waits for the others in one
                                         # exchange of fnx.distributed before it raises DistributedError
+    cuda_arch: str = "sm_90"  # FNX_CUDA_ARCH: the GPU a compile-only cuda device (no GPU present) compiles for
 
 
 def _positive(name: str, default: str) -> int:
@@ -44,7 +45,8 @@ def _read() -> Config:
                                 executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512),
                                 cpu_devices=_positive("FNX_CPU_DEVICES", "1"),
                                 cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native",
-                                distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"))
+                                distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"),
+                                cuda_arch=os.environ.get("FNX_CUDA_ARCH", "") or "sm_90")
 
 
 config = _read()

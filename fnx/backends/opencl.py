@@ -53,6 +53,10 @@ class CLBuffer(Buffer):
     def is_deleted(self) -> bool:
         return self.handle is None
 
+    def wait(self) -> None:
+        """Until the device has run everything queued so far (kernels are enqueued asynchronously)."""
+        _allocators[self.device].queue.finish()
+
     @property
     def host(self) -> np.ndarray:
         raise TypeError(f"{self.device}: device memory has no host view; read it with its allocator's copyout")

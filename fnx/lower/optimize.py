@@ -543,6 +543,13 @@ def _grid_opts(k: Kernel) -> list[Opt]:
     """A grid device's schedule: the outermost independent output loop becomes the grid (one work item per
     iteration, THREAD); the rest runs in the work item. No vector lanes: the work items are the parallelism."""
     if not k.parallel or not k.ranges or _store_buffers_read(k): return []
+    deps = range_deps(k.sink)
+    outer = k.ranges[0]
+    if any(u.op is Ops.REDUCE and outer not in deps[u] for u in k.sink.toposort):
+        # a reduction the grid loop does not index (sum(x) fused into x * 2 + sum(x)) would be computed again by
+        # every work item: O(n^2) work. The kernel runs as one work item instead (a work-group reduction would
+        # parallelize it: not there yet)
+        return []
     try:
         apply_opt(k, Opt("THREAD", 0))
     except OptError:

@@ -1,0 +1,61 @@
+"""The opencl backend beyond the op suite (which every device-parametrized test runs on it): copies between cpu and
+opencl, the generated OpenCL C, a training step equal to cpu's, 16-bit floats, empty and large arrays, and the
+errors of mixing devices. Skipped, with the reason, only where no OpenCL device exists (CI requires one)."""
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends.opencl import _cl_devices
+
+pytestmark = pytest.mark.skipif(not _cl_devices(), reason="no OpenCL device (apt-get install pocl-opencl-icd; "
+                                                          "pip install 'fnx[opencl]')")
+
+
+def test_device_put_between_cpu_and_opencl():
+    host = np.arange(24, dtype=np.float32).reshape(4, 6)
+    on_cl = fnx.device_put(jnp.asarray(host), "opencl:0")
+    assert on_cl.device.platform == "opencl"
+    np.testing.assert_array_equal(np.asarray(on_cl), host)
+    back = fnx.device_put(on_cl * 2, "cpu:0")
+    assert back.device.platform == "cpu"
+    np.testing.assert_array_equal(np.asarray(back), host * 2)
+    with pytest.raises(ValueError, match="different devices"):
+        fnx.jit(lambda a, b: a + b)(on_cl, jnp.asarray(host))
+
+
+def test_generated_source_is_opencl_c():
+    x = fnx.device_put(jnp.ones((8, 8)), "opencl:0")
+    text = fnx.jit(lambda x: jnp.exp(x) @ x).lower(x).as_text("source")
+    assert "__kernel void" in text and "get_global_id(0)" in text and "__global float*" in text
+
+
+def test_training_step_equals_cpu():
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((16, 32)).astype(np.float32) * 0.1, rng.standard_normal((32, 4)).astype(
+        np.float32) * 0.1
+    x, y = rng.standard_normal((64, 16)).astype(np.float32), rng.integers(0, 4, 64).astype(np.int32)
+
+    def loss(p, x, y):
+        logits = jnp.tanh(x @ p["w1"]) @ p["w2"]
+        return -jnp.mean(jnp.sum(fnx.nn.log_softmax(logits) * fnx.nn.one_hot(y, 4), axis=-1))
+    step = fnx.jit(lambda p, x, y: fnx.tree_util.tree_map(lambda a, g: a - 0.5 * g, p, fnx.grad(loss)(p, x, y)))
+    results = {}
+    for device in ("cpu:0", "opencl:0"):
+        p = fnx.device_put({"w1": w1, "w2": w2}, device)
+        xs, ys = fnx.device_put(x, device), fnx.device_put(y, device)
+        for _ in range(5): p = step(p, xs, ys)
+        results[device] = (float(loss(p, xs, ys)), np.asarray(p["w1"]))
+    assert results["opencl:0"][0] < float(loss({"w1": w1, "w2": w2}, x, y))
+    np.testing.assert_allclose(results["opencl:0"][0], results["cpu:0"][0], rtol=1e-5)
+    np.testing.assert_allclose(results["opencl:0"][1], results["cpu:0"][1], rtol=1e-4, atol=1e-6)
+
+
+def test_float16_empty_and_large_arrays():
+    with fnx.default_device("opencl"):
+        h = jnp.asarray(np.array([1.5, -2.25, 65504, 6e-8, np.nan], np.float16))
+        np.testing.assert_array_equal(np.asarray(h * 2), np.array([3, -4.5, np.inf, 1.2e-7, np.nan], np.float16))
+        assert np.asarray(jnp.zeros((0, 3)) + 1).shape == (0, 3)
+        big = jnp.ones(1 << 20)
+        assert float(jnp.sum(big)) == float(1 << 20)
+        assert float(jnp.mean(jnp.arange(1 << 16, dtype=jnp.float32))) == pytest.approx((1 << 16) / 2 - 0.5)
