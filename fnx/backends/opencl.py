@@ -17,7 +17,6 @@ import functools
 
 import numpy as np
 
-from fnx import dtypes
 from fnx.backends.c_render import OPENCL, CRenderer
 from fnx.backends.device import (Allocator, Buffer, Compiler, Device, ObjectCache, Program, Runtime,
                                  register_runtime)
@@ -95,12 +94,6 @@ class CLAllocator(Allocator):
         if src.device != self.device or not isinstance(src, CLBuffer): return False
         self.copy(dst, src)
         return True
-
-    def from_numpy(self, array: np.ndarray) -> CLBuffer:
-        flat = np.ascontiguousarray(array).reshape(-1)
-        buf = self.alloc(dtypes.from_numpy(flat.dtype), flat.size)
-        self.copyin(buf, flat)
-        return buf
 
 
 class CLCompiler(Compiler):
