@@ -540,21 +540,22 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
 
 
 def _grid_opts(k: Kernel) -> list[Opt]:
-    """A grid device's schedule: the outermost independent output loop becomes the grid (one work item per
+    """A grid device's schedule: the longest independent output loop becomes the grid (one work item per
     iteration, THREAD); the rest runs in the work item. No vector lanes: the work items are the parallelism."""
     if not k.parallel or not k.ranges or _store_buffers_read(k): return []
     deps = range_deps(k.sink)
-    outer = k.ranges[0]
-    if any(u.op is Ops.REDUCE and outer not in deps[u] for u in k.sink.toposort):
-        # a reduction the grid loop does not index (sum(x) fused into x * 2 + sum(x)) would be computed again by
-        # every work item: O(n^2) work. The kernel runs as one work item instead (a work-group reduction would
-        # parallelize it: not there yet)
-        return []
-    try:
-        apply_opt(k, Opt("THREAD", 0))
-    except OptError:
-        return []
-    return [Opt("THREAD", 0)]
+    for axis in sorted(range(len(k.ranges)), key=lambda a: -k.ranges[a].arg.size):
+        r = k.ranges[axis]
+        if any(u.op is Ops.REDUCE and r not in deps[u] for u in k.sink.toposort):
+            # a reduction the grid loop does not index would be computed again by every work item (O(n^2) work
+            # for sum(x) fused into x * 2 + sum(x)); a work-group reduction would parallelize it: not there yet
+            continue
+        try:
+            apply_opt(k, Opt("THREAD", axis))
+        except OptError:
+            continue
+        return [Opt("THREAD", axis)]
+    return []
 
 
 def _threadable(k: Kernel, opts: list[Opt], axis: int) -> bool:
