@@ -238,3 +238,16 @@ def test_random_shapes_and_layouts(mesh24, shape, data):
         return y / (1.0 + total * total), jnp.cumsum(x, axis=axis), jnp.moveaxis(x, axis, 0).reshape(-1)[::3]
     for got, want in zip(fnx.jit(fn)(xs), fnx.jit(fn)(x)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_float16_and_a_large_sharded_mean(mesh24):
+    h = _rand((8, 16), 14).astype(np.float16)
+    hs = fnx.device_put(h, NamedSharding(mesh24, P("data", "model")))
+    f = fnx.jit(lambda x: jnp.tanh(x) * x + jnp.sum(x, axis=0))
+    got = f(hs)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(f(h), np.float32), rtol=2e-3, atol=2e-3)
+    n = 1 << 24
+    big = np.random.default_rng(15).standard_normal(n).astype(np.float32)
+    xs = fnx.device_put(big, NamedSharding(mesh24, P(("data", "model"))))
+    np.testing.assert_allclose(float(jnp.mean(xs)), big.astype(np.float64).mean(), rtol=1e-4, atol=1e-6)
