@@ -95,6 +95,18 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | No
     return array(a, dtype=dtype)
 
 
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
+    """An Array of the values of `x`, any object with `__dlpack__` in host memory (a numpy, torch or JAX CPU array,
+    another fnx Array), placed on `device` when given (else the default device). Always a copy: fnx owns its
+    buffers (docs/RUNTIME.md)."""
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(x).__name__} has no __dlpack__ method")
+    out = array(np.from_dlpack(x))
+    if device is None: return out
+    from fnx.devices import device_put
+    return device_put(out, device)
+
+
 def _shape_arg(shape: Any, name: str) -> tuple[int, ...]:
     return lax.canonical_shape(shape, name)
 

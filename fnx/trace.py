@@ -307,7 +307,13 @@ class Array:
         return str(self._value()) if self._buffer is not None or not state.tracing else repr(self)
 
     def __dlpack__(self, *args, **kwargs):
-        return self._value().__dlpack__(*args, **kwargs)
+        """A DLPack capsule of the value in host memory (docs/RUNTIME.md: device arrays are copied to the host).
+        A consumer that cannot take DLPack 1.0's read-only flag (an Array is immutable) gets a writable copy."""
+        value = self._value()
+        try:
+            return value.__dlpack__(*args, **kwargs)
+        except BufferError:
+            return np.array(value).__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
         return self._value().__dlpack_device__()

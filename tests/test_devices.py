@@ -165,3 +165,26 @@ def test_bad_fnx_cpu_devices_is_a_clear_error():
     run = subprocess.run([sys.executable, "-c", "import fnx"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "FNX_CPU_DEVICES": "zero"})
     assert run.returncode != 0 and "FNX_CPU_DEVICES='zero': expected a positive integer" in run.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.uint16, np.bool_])
+def test_dlpack_round_trips_with_numpy_and_jax(dtype):
+    import jax
+    host = (np.arange(24) % 5).astype(dtype).reshape(4, 6)
+    ours = jnp.asarray(host)
+    np.testing.assert_array_equal(np.from_dlpack(ours), host)            # (DLPack 1.0 consumer: read-only view)
+    np.testing.assert_array_equal(np.asarray(jax.numpy.from_dlpack(ours)), host)  # (an older one: a copy)
+    back = jnp.from_dlpack(jax.numpy.asarray(host))
+    assert back.dtype == host.dtype and back.shape == host.shape
+    np.testing.assert_array_equal(np.asarray(back), host)
+    strided = host[::2, ::-3]  # (a non-contiguous producer)
+    np.testing.assert_array_equal(np.asarray(jnp.from_dlpack(strided)), strided)
+    assert jnp.from_dlpack(np.zeros((0, 3), dtype)).shape == (0, 3)
+
+
+def test_dlpack_errors_and_devices(eight_cpus):
+    with pytest.raises(TypeError, match="from_dlpack: list has no __dlpack__"):
+        jnp.from_dlpack([1, 2])
+    placed = jnp.from_dlpack(np.arange(4.0), device=fnx.devices("cpu")[1])
+    assert placed.device == fnx.devices("cpu")[1]
+    np.testing.assert_array_equal(np.asarray(placed), np.arange(4.0))

@@ -13,6 +13,13 @@ The semantics are the LLVM renderer's (fnx/backends/llvm_render.py), so every ba
 - float -> int casts saturate (NaN -> 0); float max propagates NaN and prefers +0 over -0;
 - a false load gate reads nothing (the consumer discards the 0); constants are exact (hexadecimal literals).
 Scalar code: grid targets get no vector lanes (the work items are the parallelism).
+
+Work-groups: a kernel with work-group ranges (`kernel.locals`, the optimizer's LOCAL and GROUP) launches one group
+of L work items per iteration of its grid loop (`r = lo + group id`, the same in the whole group, so every barrier
+is reached by all of the group) and every work-group range is the work item's local index `lid`. A REDUCE over
+one finishes with a combine: each work item's partial goes to local memory, then a tree of L/2, L/4, ... 1
+combines with a barrier per level, and every work item reads the total (one more barrier before the memory is
+reused). A store that does not vary along `lid` is made by work item 0 only.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from fnx import dtypes
 from fnx.backends.device import Renderer
 from fnx.dtypes import DType
 from fnx.errors import UnsupportedError
-from fnx.lower.linearize import Linear
+from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
 from fnx.uop import Ops, UOp
 
@@ -46,6 +53,11 @@ class Dialect:
     int64: str
     uint64: str
     prelude: str               # type names and helper functions every module starts with
+    local_id: str = ""         # the work item's index in its work-group
+    group_id: str = ""         # the work-group's index in the grid
+    local_memory: str = ""     # qualifier of an array shared by a work-group
+    barrier: str = ""          # every work item of the group waits here; local memory writes are seen after
+    group_size: str = ""       # attribute of a kernel always launched with groups of {} work items
 
     def c_type(self, d: DType) -> str:
         """The register type of `d`."""
@@ -109,7 +121,9 @@ static inline float odd_float(double a) {
 OPENCL = Dialect(
     "opencl", "__kernel", "__global", "get_global_id(0)", "long", "ulong",
     "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
-    "#define AS_FLOAT(x) as_float(x)\n#define AS_UINT(x) as_uint(x)\n#define AS_ULONG(x) as_ulong(x)\n" + _COMMON)
+    "#define AS_FLOAT(x) as_float(x)\n#define AS_UINT(x) as_uint(x)\n#define AS_ULONG(x) as_ulong(x)\n" + _COMMON,
+    "get_local_id(0)", "get_group_id(0)", "__local", "barrier(CLK_LOCAL_MEM_FENCE);",
+    "__attribute__((reqd_work_group_size({}, 1, 1)))")
 
 CUDA = Dialect(
     "cuda", 'extern "C" __global__', "", "(blockIdx.x * (long long)blockDim.x + threadIdx.x)", "long long",
@@ -117,7 +131,8 @@ CUDA = Dialect(
     "typedef unsigned char uchar;\ntypedef unsigned short ushort;\ntypedef unsigned int uint;\n"
     "typedef unsigned long long ulong;\n#define static static __device__\n"
     "#define AS_FLOAT(x) __uint_as_float(x)\n#define AS_UINT(x) __float_as_uint(x)\n"
-    "#define AS_ULONG(x) ((ulong)__double_as_longlong(x))\n" + _COMMON + "#undef static\n")
+    "#define AS_ULONG(x) ((ulong)__double_as_longlong(x))\n" + _COMMON + "#undef static\n",
+    "threadIdx.x", "blockIdx.x", "__shared__", "__syncthreads();", "__launch_bounds__({})")
 
 
 class KernelRenderer:
@@ -128,6 +143,10 @@ class KernelRenderer:
             raise UnsupportedError(f"{dialect.name} renderer: kernel {kernel.name} has vector lanes; grid targets "
                                    "schedule scalar work items")
         self.kernel, self.lines, self.d = kernel, lines, dialect
+        self.locals = set(kernel.locals)
+        self.width = kernel.locals[0].arg.size if kernel.locals else 0
+        self.deps = range_deps(kernel.sink) if kernel.locals else {}
+        self.shared: list[str] = []   # local-memory arrays, declared at the top of the function
         self.names: dict[UOp, str] = {}
         self.acc: dict[UOp, str] = {}
         self.body: list[str] = []
@@ -161,7 +180,7 @@ class KernelRenderer:
 
     def value(self, u: UOp) -> str:
         if u.op is Ops.CONST: return self.const(u.arg.value, u.dtype)
-        if u.op is Ops.RANGE: return f"r{u.arg.number}"
+        if u.op is Ops.RANGE: return "lid" if u in self.locals else f"r{u.arg.number}"
         return self.names[u]
 
     # ---- the function ----
@@ -172,13 +191,21 @@ class KernelRenderer:
         args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
                 for i in range(max(len(k.args), 1))] + [f"{d.int64} lo", f"{d.int64} hi"]
         for what, u in self.lines: getattr(self, f"line_{what}")(u)
-        return "\n".join([f"{d.kernel} void {k.name}({', '.join(args)}) {{"] + self.body + ["}"])
+        head, top = f"{d.kernel} void", []
+        if self.width:
+            attribute = d.group_size.format(self.width)
+            head = f"{d.kernel} {attribute} void" if d.name == "cuda" else f"{d.kernel} void {attribute}"
+            top = [f"  {d.int64} lid = {d.local_id};"] + [f"  {d.local_memory} {x};" for x in self.shared]
+        return "\n".join([f"{head} {k.name}({', '.join(args)}) {{"] + top + self.body + ["}"])
 
     # ---- loops and accumulators ----
     def line_open(self, r: UOp) -> None:
         i, k = r.arg.number, self.kernel
-        if k.thread_range >= 0 and k.ranges[k.thread_range] is r:  # a work item of the grid
-            self.emit(f"{{ {self.d.int64} r{i} = lo + {self.d.global_id}; if (r{i} < hi) {{")
+        if k.thread_range >= 0 and k.ranges[k.thread_range] is r:  # a work item (or work-group) of the grid
+            if self.width:  # (exactly hi - lo groups are launched: no guard, and no barrier under a condition)
+                self.emit(f"{{ {{ {self.d.int64} r{i} = lo + {self.d.group_id};")
+            else:
+                self.emit(f"{{ {self.d.int64} r{i} = lo + {self.d.global_id}; if (r{i} < hi) {{")
         else:
             self.emit(f"for ({self.d.int64} r{i} = 0; r{i} < {r.arg.size}; r{i}++) {{")
         self.depth += 1
@@ -204,6 +231,7 @@ class KernelRenderer:
     def line_node(self, u: UOp) -> None:
         if u.op in (Ops.CONST, Ops.PARAM): return
         if u.op is Ops.STORE: return self.store(u)
+        if u.op is Ops.REDUCE and self.locals.intersection(u.src[1:]): return self.group_reduce(u)
         if u.op is Ops.REDUCE: text = self.acc[u]
         elif u.op is Ops.LOAD: text = self.load(u)
         elif u.op is Ops.CAST: text = self.cast(self.value(u.src[0]), u.src[0].dtype, u.dtype)
@@ -212,6 +240,24 @@ class KernelRenderer:
         if is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg.op is Ops.MAX):
             text = self.round_to(text, u.dtype)
         self.define(u, text)
+
+    def group_reduce(self, red: UOp) -> None:
+        """The work-group's partials combined in a tree in local memory; every work item gets the total."""
+        d, op = self.acc_dtype(red), red.arg.op
+        mem = "uchar" if d.is_bool else self.d.c_type(d)
+        tmp = f"group{len(self.shared)}"
+        self.shared.append(f"{mem} {tmp}[{self.width}]")
+        read = (lambda x: f"({x} != 0)") if d.is_bool else (lambda x: x)
+        self.emit(f"{tmp}[lid] = {self.acc[red]};")
+        self.emit(self.d.barrier)
+        self.emit(f"for ({self.d.int64} s = {self.width // 2}; s > 0; s >>= 1) {{")
+        combined = self.binary(op, d, read(f"{tmp}[lid]"), read(f"{tmp}[lid + s]"))
+        self.emit(f"  if (lid < s) {tmp}[lid] = {combined};")
+        self.emit(f"  {self.d.barrier}")
+        self.emit("}")
+        text = read(f"{tmp}[0]")
+        self.define(red, self.round_to(text, red.dtype) if is_half(red.dtype) and op is not Ops.MAX else text)
+        self.emit(self.d.barrier)  # (all have read it before a later iteration writes the memory again)
 
     def round_to(self, text: str, d: DType) -> str:
         return f"round_f16({text})" if d == dtypes.float16 else f"round_bf16({text})"
@@ -237,7 +283,9 @@ class KernelRenderer:
     def store(self, u: UOp) -> None:
         buf, index, val = u.src[0], u.src[1], u.src[2]
         text = f"{self.value(buf)}[{self.value(index)}] = {self.to_memory(self.value(val), val.dtype)};"
-        self.emit(f"if ({self.value(u.src[3])}) {text}" if len(u.src) > 3 else text)
+        gates = [self.value(u.src[3])] if len(u.src) > 3 else []
+        if self.width and not self.locals & self.deps[u]: gates.append("lid == 0")  # (the same in the whole group)
+        self.emit(f"if ({' && '.join(gates)}) {text}" if gates else text)
 
     def alu(self, u: UOp) -> str:
         args = [self.value(s) for s in u.src]

@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from fnx.backends import grid_beam
 from fnx.backends.c_render import CUDA, CRenderer
 from fnx.backends.device import (Allocator, Buffer, Compiler, Device, ObjectCache, Program, Runtime,
                                  register_runtime)
@@ -292,9 +293,10 @@ class CUDAProgram(Program):
                                f"cuModuleGetFunction({name})")
 
     def __call__(self, *buffers: Buffer, dims: tuple = (0, 1)) -> None:
-        lo, hi = dims
+        lo, hi, *group = dims  # (group: the kernel's block size; one block per iteration of the grid loop)
         count = max(hi - lo, 1)
-        block = min(self.block, count)
+        block = group[0] if group else min(self.block, count)
+        blocks = count if group else -(-count // block)
         for b in buffers:
             if not b.ptr: raise b.deleted_error()
         pointers = (ctypes.c_uint64 * max(len(buffers), 1))(*[b.ptr for b in buffers])  # (none: one unused)
@@ -303,7 +305,7 @@ class CUDAProgram(Program):
             *[ctypes.addressof(pointers) + 8 * i for i in range(len(pointers))],
             ctypes.addressof(bounds), ctypes.addressof(bounds) + 8)  # (copied by the launch call)
         _use(self.context)
-        _check(self.driver.cuLaunchKernel(self.function, -(-count // block), 1, 1, block, 1, 1, 0, self.stream,
+        _check(self.driver.cuLaunchKernel(self.function, blocks, 1, 1, block, 1, 1, 0, self.stream,
                                           ctypes.addressof(params), 0), f"cuLaunchKernel({self.name})")
 
 
@@ -381,6 +383,9 @@ class CUDADevice(Device):
 
     def executable(self, fn: UOp) -> CUDAExecutable:
         return CUDAExecutable(fn, self)
+
+    def kernel_timers(self):
+        return None if self.compile_only else grid_beam.kernel_timers(self)  # (compile-only: nothing to time)
 
     def program(self, name: str, binary: bytes) -> Program:
         if self.compile_only: return CompileOnly(self.name, self.unavailable.why, name)

@@ -21,6 +21,7 @@ import numpy as np
 
 from fnx import dtypes
 from fnx.dtypes import DType
+from fnx.errors import UnsupportedError
 from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
 from fnx.uop import Ops, UOp
@@ -80,6 +81,9 @@ class Renderer:
         self.block = "entry"
         self.loops: dict[UOp, tuple] = {}
         self.acc: dict[UOp, str] = {}
+        if kernel.locals:
+            raise UnsupportedError(f"LLVM renderer: kernel {kernel.name} has work-group ranges (LOCAL/GROUP): a "
+                                   "schedule for grid devices (OpenCL, CUDA), not the CPU")
         self.lanes = set(kernel.lanes)
         self.W = kernel.lanes[0].arg.size if kernel.lanes else 0
         deps = range_deps(kernel.sink)

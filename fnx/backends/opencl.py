@@ -6,7 +6,8 @@ on the CPU; a GPU driver gives the GPU).
 - code: fnx/backends/c_render.py's OpenCL C (one code-for-op table shared with CUDA); `CLCompiler` builds it with
   the device's compiler and caches the program binary on disk (`ObjectCache`, keyed by source and device);
 - kernels: `CLProgram` launches a kernel over the grid of its thread-split loop ((hi - lo) work items, rounded
-  up to the work-group size) on the queue, asynchronously; the generic ReplayExecutable runs the schedule;
+  up to the work-group size; or (hi - lo) work-groups of the kernel's size when it has work-group ranges) on the
+  queue, asynchronously; the generic ReplayExecutable runs the schedule;
 - the Target says `grid`: the optimizer gives each kernel's outermost independent loop to the grid.
 pyopencl is an optional extra (`pip install 'fnx[opencl]'`): without it, or without a device, the platform reports
 no devices and `opencl` is an unknown device only when used.
@@ -17,6 +18,7 @@ import functools
 
 import numpy as np
 
+from fnx.backends import grid_beam
 from fnx.backends.c_render import OPENCL, CRenderer
 from fnx.backends.device import (Allocator, Buffer, Compiler, Device, ObjectCache, Program, Runtime,
                                  register_runtime)
@@ -119,11 +121,11 @@ class CLProgram(Program):
         self.name, self.kernel, self.queue, self.local = name, kernel, queue, local
 
     def __call__(self, *buffers: Buffer, dims: tuple = (0, 1)) -> None:
-        lo, hi = dims
+        lo, hi, *group = dims  # (group: the kernel's work-group size; one group per iteration of the grid loop)
         count = max(hi - lo, 1)
-        local = min(self.local, count)
-        self.kernel(self.queue, (-(-count // local) * local,), (local,), *[b.handle for b in buffers],
-                    np.int64(lo), np.int64(hi))
+        local = group[0] if group else min(self.local, count)
+        size = count * local if group else -(-count // local) * local
+        self.kernel(self.queue, (size,), (local,), *[b.handle for b in buffers], np.int64(lo), np.int64(hi))
 
 
 def _target(device) -> Target:
@@ -153,6 +155,9 @@ class CLDevice(Device):
 
     def executable(self, fn: UOp) -> ReplayExecutable:
         return ReplayExecutable(fn, self)
+
+    def kernel_timers(self):
+        return grid_beam.kernel_timers(self)
 
     def program(self, name: str, binary: bytes) -> CLProgram:
         import pyopencl as cl

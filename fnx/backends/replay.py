@@ -37,8 +37,9 @@ class ReplayExecutable(Executable):
             else:
                 outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
                 out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
+                group = (kernel.locals[0].arg.size,) if kernel.locals else ()  # (work items of a work-group)
                 self.items.append(Launch(kernel.name, self.buffers[out].device or self.device, tuple(kernel.args),
-                                         (0, outer)))
+                                         (0, outer) + group))
         check_platform(self.items, self.device)
         # a kernel after a COPY runs where its output lives: that device (of this platform) loads the program
         self.programs = {item.kernel: get_device(item.device).program(item.kernel, binary)

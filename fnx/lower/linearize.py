@@ -6,7 +6,9 @@ of its reduce ranges (REDUCE.src[1:]); the nest is emitted at the level of the o
 (a row sum consumed by every element of the row is computed once per row, before the element loop opens).
 REDUCEs at the same level over the same ranges share one loop nest (register blocking: several accumulators
 updated in one loop). An accumulator is set up before its loops open, updated in the innermost one, and read
-after they close. Vector-lane ranges (`kernel.lanes`) are not loops: nodes that depend on one are vectors.
+after they close. Vector-lane ranges (`kernel.lanes`) are not loops: nodes that depend on one are vectors. Nor
+are a grid kernel's work-group ranges (`kernel.locals`): they are the work item's index in its group, set from the
+start; a REDUCE over one finishes with a combine across the group (the renderer's).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def range_deps(sink: UOp, pinned: frozenset = frozenset()) -> dict[UOp, frozense
 def linearize(kernel: Kernel) -> Linear:
     order = [u for u in kernel.sink.toposort if u.op not in (Ops.SINK, Ops.RANGE)]
     deps = range_deps(kernel.sink, frozenset(kernel.ranges))
-    lanes = set(kernel.lanes)
+    lanes = set(kernel.lanes) | set(kernel.locals)  # (not loops: open everywhere)
     lines: Linear = []
     emitted: set[UOp] = set()
 

@@ -86,7 +86,8 @@ class Lowering:
                     f"{[r.arg.size for r in kernel.ranges]} reduce {[r.arg.size for r in kernel.reduce_ranges]}")
             if stage == "optimize":
                 lanes = f", vector lanes {kernel.lanes[0].arg.size} x{len(kernel.lanes)}" if kernel.lanes else ""
-                head += f", actions {list(kernel.opts)}{lanes}, thread-split loop {kernel.thread_range}"
+                group = f", work-group {kernel.locals[0].arg.size} x{len(kernel.locals)}" if kernel.locals else ""
+                head += f", actions {list(kernel.opts)}{lanes}{group}, thread-split loop {kernel.thread_range}"
             parts.append(f"{head}\n{format_linear(lines)}" if stage == "linearize" else head)
         return "\n".join(parts)
 

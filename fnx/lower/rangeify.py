@@ -62,6 +62,8 @@ class Kernel:
     thread_candidate: int = 0    # index into ranges of a loop whose iterations are independent
     thread_range: int = -1       # index into ranges split across threads (-1: none), set by optimize
     lanes: tuple = ()            # RANGEs computed as vector lanes of one width, not loops (set by optimize)
+    locals: tuple = ()           # RANGEs that are the work item's index in its work-group (grid devices: LOCAL
+                                 # and GROUP, one size), not loops (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
     init: tuple = ()             # (init kernel, loops that run in order) of an accumulating kernel (optimize)
     prelude: tuple = ()          # kernels that run first: PACK's copies of operands into panels (optimize)

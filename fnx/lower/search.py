@@ -25,19 +25,24 @@ MAX_DEPTH = 5
 _AMOUNTS = {"VECTORIZE": (4, 8, 16, 32), "UPCAST": (2, 3, 4, 6, 8), "UNROLL": (2, 4, 8), "SPLIT": (2, 4, 16, 64, 256)}
 
 
-def candidate_actions(k: Kernel) -> list[Opt]:
-    """Every action worth trying on kernel k (some may still fail to apply: those are skipped)."""
+def candidate_actions(k: Kernel, target: Target | None = None) -> list[Opt]:
+    """Every action worth trying on kernel k (some may still fail to apply: those are skipped). A grid target
+    gets work-group actions (LOCAL, GROUP: powers of two up to its work-group size) instead of vector lanes,
+    packing and accumulation."""
     n_out, axes = len(k.ranges), k.ranges + k.reduce_ranges
+    grid = target is not None and target.grid
+    widths = [w for w in (4, 8, 16, 32, 64, 128, 256) if grid and w <= target.local_size]
     acts: list[Opt] = []
     for i, r in enumerate(axes):
         out = i < n_out
-        for op in ("VECTORIZE", "UPCAST", "UNROLL", "SPLIT"):
+        for op in ("UPCAST", "UNROLL", "SPLIT") if grid else ("VECTORIZE", "UPCAST", "UNROLL", "SPLIT"):
             if op == "UPCAST" and not out or op == "UNROLL" and out: continue
             acts += [Opt(op, i, a) for a in _AMOUNTS[op] if a <= r.arg.size]
+        acts += [Opt("LOCAL" if out else "GROUP", i, w) for w in widths if w < 2 * r.arg.size]
         if out: acts.append(Opt("THREAD", i))
-        if out and not k.opts: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg.size]
+        if out and not k.opts and not grid: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg.size]
         if out: acts += [Opt("SWAP", i, j) for j in range(i + 1, n_out)]
-        if not out: acts.append(Opt("ACCUMULATE", i))
+        if not out and not grid: acts.append(Opt("ACCUMULATE", i))
     return acts
 
 
@@ -103,7 +108,7 @@ def beam_search(kernel: Kernel, target: Target, width: int, measure) -> tuple[li
                 for opt in opts: probe = apply_opt(probe, opt)
             except OptError:
                 continue
-            for act in candidate_actions(probe):
+            for act in candidate_actions(probe, target):
                 try:
                     apply_opt(probe, act)
                 except (OptError, AssertionError):

@@ -27,7 +27,13 @@ def test_device_put_between_cpu_and_opencl():
 def test_generated_source_is_opencl_c():
     x = fnx.device_put(jnp.ones((8, 8)), "opencl:0")
     text = fnx.jit(lambda x: jnp.exp(x) @ x).lower(x).as_text("source")
-    assert "__kernel void" in text and "get_global_id(0)" in text and "__global float*" in text
+    assert "__kernel void" in text and "__global float*" in text
+    assert "get_group_id(0)" in text  # (the work items of a group walk the output's columns together)
+    wide = fnx.device_put(jnp.ones((4, 256)), "opencl:0")
+    total = fnx.jit(lambda x: jnp.exp(x).sum()).lower(wide).as_text("source")
+    assert "barrier(CLK_LOCAL_MEM_FENCE)" in total and "__local float" in total  # (the group splits the sum)
+    elementwise = fnx.jit(lambda x: jnp.exp(x) * 2).lower(x).as_text("source")
+    assert "get_global_id(0)" in elementwise and "barrier" not in elementwise
 
 
 def test_training_step_equals_cpu():
