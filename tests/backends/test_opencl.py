@@ -65,3 +65,21 @@ def test_float16_empty_and_large_arrays():
         big = jnp.ones(1 << 20)
         assert float(jnp.sum(big)) == float(1 << 20)
         assert float(jnp.mean(jnp.arange(1 << 16, dtype=jnp.float32))) == pytest.approx((1 << 16) / 2 - 0.5)
+
+
+def test_memory_of_dead_buffers_is_reused_in_queue_order():
+    """A dead buffer's cl.Buffer serves the next allocation of its size; kernels queued before still see their own
+    data (the queue is in order), so chained calls that recycle memory give numpy's values."""
+    from fnx.backends.device import get_device
+    allocator = get_device("opencl:0").allocator
+    first = allocator.alloc(fnx.dtypes.float32, 1000)
+    handle = first.handle
+    del first
+    again = allocator.alloc(fnx.dtypes.float32, 1000)
+    assert again.handle is handle
+    x = np.random.default_rng(2).standard_normal(100_000).astype(np.float32)
+    f = fnx.jit(lambda v: v * 2 + 1)
+    value, expected = fnx.device_put(jnp.asarray(x), "opencl:0"), x
+    for _ in range(5):  # (every intermediate dies and is recycled while later kernels are queued)
+        value, expected = f(value), expected * np.float32(2) + np.float32(1)
+    np.testing.assert_array_equal(np.asarray(value), expected)
