@@ -762,3 +762,6 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
                                                     isinstance(s, tuple) and type(s).__name__ == "PartitionSpec")
     subtrees = spec_tree.flatten_up_to(x)
     return spec_tree.unflatten(device_put(sub, s) for s, sub in zip(spec_leaves, subtrees))
+
+
+from fnx.lax_ops import *  # noqa: E402,F401,F403  (the rest of jax.lax: elementwise ops by name, windows, scans)

@@ -1827,3 +1827,8 @@ Array.install_numpy_methods({
     "var": var, "std": std, "all": all, "any": any, "cumsum": cumsum, "cumprod": cumprod,
     "clip": clip, "round": round, "dot": dot, "take": take, "nonzero": nonzero,
 })
+
+
+# ---- the rest of jax.numpy, by theme (each module builds on the names above) ----
+from fnx.numpy_arrays import *  # noqa: E402,F401,F403  (creating, stacking, slicing and rearranging arrays)
+from fnx.numpy_math import *  # noqa: E402,F401,F403  (math, reductions, statistics, polynomials)
