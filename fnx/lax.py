@@ -765,3 +765,8 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
 
 
 from fnx.lax_ops import *  # noqa: E402,F401,F403  (the rest of jax.lax: elementwise ops by name, windows, scans)
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.lax", name)

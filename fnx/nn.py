@@ -602,3 +602,8 @@ def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, 
         else:
             variance = jnp.mean(jnp.square(x - mean), axis, keepdims=True, where=where)
     return (x - mean) * jnp.rsqrt(variance + epsilon)
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.nn", name)

@@ -1832,3 +1832,8 @@ Array.install_numpy_methods({
 # ---- the rest of jax.numpy, by theme (each module builds on the names above) ----
 from fnx.numpy_arrays import *  # noqa: E402,F401,F403  (creating, stacking, slicing and rearranging arrays)
 from fnx.numpy_math import *  # noqa: E402,F401,F403  (math, reductions, statistics, polynomials)
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.numpy", name)

@@ -861,3 +861,8 @@ def choice(key: Any, a: int | Any, shape: Shape = (), replace: bool = True, p: A
             ind = lax.reshape(lax.slice(_stable_argsort(lax.neg(noisy), 0), (0,), (draws,)), shape)
     if arr.ndim == 0: return ind
     return jnp.take(arr, ind, axis=axis)
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.random", name)
