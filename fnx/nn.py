@@ -21,9 +21,10 @@ from fnx.errors import at_user_line
 from fnx.trace import Array, eager_op
 from fnx.transforms.custom import custom_jvp  # JAX gives relu, relu6 and softplus their own derivatives
 
-__all__ = ["celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "identity",
-           "initializers", "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6",
-           "selu", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "standardize", "swish", "tanh"]
+__all__ = ["celu", "dot_product_attention", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish",
+           "hard_tanh", "identity", "initializers", "leaky_relu", "log1mexp", "log_sigmoid", "log_softmax",
+           "logmeanexp", "logsumexp", "mish", "one_hot", "relu", "relu6", "selu", "sigmoid", "silu", "soft_sign",
+           "softmax", "softplus", "sparse_plus", "sparse_sigmoid", "squareplus", "standardize", "swish", "tanh"]
 
 
 def _as_float(x: Any) -> Array:
@@ -602,6 +603,149 @@ def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, 
         else:
             variance = jnp.mean(jnp.square(x - mean), axis, keepdims=True, where=where)
     return (x - mean) * jnp.rsqrt(variance + epsilon)
+
+
+@eager_op
+def mish(x: Any) -> Array:
+    """Mish: x * tanh(softplus(x)) elementwise.
+
+    Example:
+      >>> fnx.nn.mish(jnp.array([0.0, 1.0]))
+      Array([0.       , 0.8650984], dtype=float32)
+    """
+    x = _as_float(x)
+    return x * jnp.tanh(softplus(x))
+
+
+@eager_op
+def squareplus(x: Any, b: Any = 4) -> Array:
+    """Squareplus: (x + sqrt(x^2 + b)) / 2, a smooth relu.
+
+    Example:
+      >>> fnx.nn.squareplus(jnp.array([0.0]))
+      Array([1.], dtype=float32)
+    """
+    x = _as_float(x)
+    return (x + jnp.sqrt(x * x + b)) / 2
+
+
+@eager_op
+def sparse_plus(x: Any) -> Array:
+    """Sparse plus: 0 for x <= -1, (x + 1)^2 / 4 between -1 and 1, x from 1 on.
+
+    Example:
+      >>> fnx.nn.sparse_plus(jnp.array([-2.0, 0.0, 2.0]))
+      Array([0.  , 0.25, 2.  ], dtype=float32)
+    """
+    x = _as_float(x)
+    return jnp.where(x <= -1, 0.0, jnp.where(x >= 1, x, (x + 1) ** 2 / 4)).astype(x.dtype)
+
+
+@eager_op
+def sparse_sigmoid(x: Any) -> Array:
+    """Sparse sigmoid, the derivative of sparse_plus: 0, then (x + 1) / 2 between -1 and 1, then 1.
+
+    Example:
+      >>> fnx.nn.sparse_sigmoid(jnp.array([-2.0, 0.0, 2.0]))
+      Array([0. , 0.5, 1. ], dtype=float32)
+    """
+    x = _as_float(x)
+    return jnp.clip((x + 1) / 2, 0, 1).astype(x.dtype)
+
+
+@eager_op
+def log1mexp(x: Any) -> Array:
+    """log(1 - exp(-x)) for x > 0, accurate at both ends (log1p(-exp(-x)) above log 2, log(-expm1(-x)) below).
+
+    Example:
+      >>> fnx.nn.log1mexp(jnp.array([1e-6, 30.0]))
+      Array([-1.3815511e+01, -9.3576230e-14], dtype=float32)
+    """
+    x = _as_float(x)
+    return jnp.where(x > math.log(2), jnp.log1p(-jnp.exp(-x)), jnp.log(-jnp.expm1(-x)))
+
+
+@eager_op
+def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False) -> Array:
+    """log(mean(exp(x))) over `axis` without overflow: logsumexp less the log of the count (of `where`'s
+    elements when given).
+
+    Example:
+      >>> fnx.nn.logmeanexp(jnp.array([1000.0, 1000.0]))
+      Array(1000., dtype=float32)
+    """
+    x = _as_float(x)
+    total = logsumexp(x, axis=axis, keepdims=keepdims, where=where)
+    ones = jnp.ones(x.shape, x.dtype) if where is None else jnp.where(where, 1.0, 0.0).astype(x.dtype)
+    return total - jnp.log(jnp.sum(ones, axis=axis, keepdims=keepdims))
+
+
+@eager_op
+def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None, *,
+                          scale: float | None = None, is_causal: bool = False, query_seq_lengths: Any = None,
+                          key_value_seq_lengths: Any = None, local_window_size: Any = None,
+                          implementation: str | None = None) -> Array:
+    """Scaled dot-product attention, softmax(q k^T * scale + bias, masked) v, in JAX's layout.
+
+    Args:
+      query: [B, T, N, H] (or [T, N, H]): B batches, T query positions, N heads of size H.
+      key, value: [B, S, K, H]; K divides N (grouped-query attention: each of K heads serves N // K query heads).
+      bias: optional, broadcastable to the logits [B, N, T, S]; added after scaling.
+      mask: optional boolean, broadcastable to [B, N, T, S]; False drops the pair.
+      scale: the logits' scale (default 1 / sqrt(H)).
+      is_causal: query t attends to keys s <= t only.
+      query_seq_lengths, key_value_seq_lengths: optional int [B]: positions past them are dropped.
+      local_window_size: int or (left, right): query t attends to keys in [t - left, t + right].
+      implementation: None or 'xla' (the only one here: fnx's compiler fuses it; 'cudnn' is a ValueError).
+
+    Returns:
+      [B, T, N, H] (the query's shape), in the query's dtype; the softmax runs in float32 at least.
+
+    Example:
+      >>> q = jnp.ones((1, 2, 1, 4)); fnx.nn.dot_product_attention(q, q, q).shape
+      (1, 2, 1, 4)
+    """
+    if implementation not in (None, "xla"):
+        raise ValueError(f"dot_product_attention: implementation={implementation!r} is not available in fnx "
+                         "(None or 'xla')")
+    query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    shapes = f"query {query.shape}, key {key.shape} and value {value.shape}"
+    unbatched = query.ndim == 3
+    if unbatched: query, key, value = query[None], key[None], value[None]
+    if query.ndim != 4 or key.ndim != 4 or value.ndim != 4 or key.shape != value.shape or (
+            query.shape[0], query.shape[3]) != (key.shape[0], key.shape[3]) or query.shape[2] % key.shape[2]:
+        raise ValueError(f"dot_product_attention: {shapes} must be [B, T, N, H], [B, S, K, H], [B, S, K, H] (or "
+                         "without B) with K dividing N")
+    batch, t, heads, size = query.shape
+    s, groups = key.shape[1], query.shape[2] // key.shape[2]
+    if groups > 1: key, value = jnp.repeat(key, groups, axis=2), jnp.repeat(value, groups, axis=2)
+    wide = jnp.promote_types(query.dtype, jnp.float32)
+    q = jnp.transpose(query, (0, 2, 1, 3)).astype(wide)  # [B, N, T, H]
+    k = jnp.transpose(key, (0, 2, 3, 1)).astype(wide)    # [B, N, H, S]
+    logits = jnp.matmul(q, k) * (1 / math.sqrt(size) if scale is None else scale)
+    if bias is not None: logits = logits + jnp.asarray(bias).astype(wide)
+    keep = None
+    rows, cols = lax.broadcasted_iota(jnp.int32, (t, s), 0), lax.broadcasted_iota(jnp.int32, (t, s), 1)
+
+    def both(a, b): return b if a is None else a & b
+    if mask is not None: keep = both(keep, jnp.asarray(mask, dtype=bool))
+    if is_causal: keep = both(keep, cols <= rows)
+    if local_window_size is not None:
+        left, right = (local_window_size, local_window_size) if isinstance(local_window_size, int) \
+            else local_window_size
+        keep = both(keep, (cols >= rows - left) & (cols <= rows + right))
+    valid = None  # (query rows past their length give 0, as in JAX)
+    if query_seq_lengths is not None:
+        valid = rows[None, None] < jnp.asarray(query_seq_lengths)[:, None, None, None]
+        keep = both(keep, valid)
+    if key_value_seq_lengths is not None:
+        keep = both(keep, cols[None, None] < jnp.asarray(key_value_seq_lengths)[:, None, None, None])
+    if keep is not None: logits = jnp.where(keep, logits, 0.7 * float(jnp.finfo(wide).min))
+    weights = softmax(logits, axis=-1)
+    out = jnp.matmul(weights, jnp.transpose(value, (0, 2, 1, 3)).astype(wide))  # [B, N, T, H]
+    if valid is not None: out = jnp.where(valid[..., :1], out, 0)
+    out = jnp.transpose(out, (0, 2, 1, 3)).astype(query.dtype)
+    return out[0] if unbatched else out
 
 
 def __getattr__(name: str):
