@@ -55,8 +55,8 @@ class CLBuffer(Buffer):
         return self.handle is None
 
     def __del__(self):
-        if self.handle is not None and (allocator := _allocators.get(self.device)) is not None:
-            allocator.release(self.handle)
+        if self.handle is None or not _allocators: return  # (at interpreter exit the module's globals are gone)
+        if (allocator := _allocators.get(self.device)) is not None: allocator.release(self.handle)
 
     def wait(self) -> None:
         """Until the device has run everything queued so far (kernels are enqueued asynchronously)."""
