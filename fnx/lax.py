@@ -766,6 +766,7 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
 
 from fnx.lax_ops import *  # noqa: E402,F401,F403  (the rest of jax.lax: elementwise ops by name, windows, scans)
 from fnx.lax_conv import *  # noqa: E402,F401,F403  (convolutions)
+from fnx.lax_sort import *  # noqa: E402,F401,F403  (sorting)
 
 
 def __getattr__(name: str):

@@ -1832,6 +1832,7 @@ Array.install_numpy_methods({
 # ---- the rest of jax.numpy, by theme (each module builds on the names above) ----
 from fnx.numpy_arrays import *  # noqa: E402,F401,F403  (creating, stacking, slicing and rearranging arrays)
 from fnx.numpy_math import *  # noqa: E402,F401,F403  (math, reductions, statistics, polynomials)
+from fnx.numpy_sorting import *  # noqa: E402,F401,F403  (sorting, searching, unique, quantiles)
 
 
 def __getattr__(name: str):
