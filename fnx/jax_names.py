@@ -125,6 +125,18 @@ JAX_NAMES: dict[str, frozenset[str]] = {
         "tree_reduce", "tree_reduce_associative", "tree_structure", "tree_transpose", "tree_unflatten",
         "treedef_children", "treedef_is_leaf", "treedef_tuple",
     }),
+    "fnx.numpy.linalg": frozenset({
+        "cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matmul",
+        "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv", "qr",
+        "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve", "trace", "vecdot", "vector_norm",
+    }),
+    "fnx.scipy.linalg": frozenset({
+        "block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion", "convolution_matrix", "det",
+        "dft", "eigh", "eigh_tridiagonal", "expm", "expm_frechet", "fiedler", "fiedler_companion", "funm", "hadamard",
+        "hankel", "helmert", "hessenberg", "hilbert", "inv", "invhilbert", "invpascal", "leslie", "lu", "lu_factor",
+        "lu_solve", "pascal", "polar", "qr", "qr_multiply", "rsf2csf", "schur", "solve", "solve_sylvester",
+        "solve_triangular", "sqrtm", "svd", "toeplitz",
+    }),
 }
 
 

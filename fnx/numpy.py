@@ -1833,6 +1833,7 @@ Array.install_numpy_methods({
 from fnx.numpy_arrays import *  # noqa: E402,F401,F403  (creating, stacking, slicing and rearranging arrays)
 from fnx.numpy_math import *  # noqa: E402,F401,F403  (math, reductions, statistics, polynomials)
 from fnx.numpy_sorting import *  # noqa: E402,F401,F403  (sorting, searching, unique, quantiles)
+from fnx import numpy_linalg as linalg  # noqa: E402  (fnx.numpy.linalg)
 
 
 def __getattr__(name: str):

@@ -1,0 +1,125 @@
+"""fnx.numpy.linalg and fnx.scipy.linalg against jax.numpy.linalg / jax.scipy.linalg (LAPACK on the CPU) and
+numpy: values for single and batched matrices, float32 and float64, singular and indefinite inputs; grads against
+jax.grad; vmap and jit equal to eager; the names not implemented yet say so."""
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+import fnx.scipy.linalg as sl
+
+jax = pytest.importorskip("jax")
+J, JS = jax.numpy, jax.scipy.linalg
+
+RNG = np.random.default_rng(21)
+
+
+def _matrix(shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _spd(n, batch=()):
+    a = RNG.standard_normal(batch + (n, n))
+    return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n)).astype(np.float32)
+
+
+def _close(ours, theirs, tol=2e-5):
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_factorizations_and_solves_match_jax(batch):
+    n = 5
+    a, spd, b = _matrix(batch + (n, n)), _spd(n, batch), _matrix(batch + (n, 3))
+    _close(jnp.linalg.cholesky(spd), J.linalg.cholesky(spd))
+    _close(jnp.linalg.cholesky(spd, upper=True), J.linalg.cholesky(spd, upper=True))
+    _close(jnp.linalg.solve(a, b), J.linalg.solve(a, b), 1e-4)
+    _close(jnp.linalg.inv(a), J.linalg.inv(a), 1e-4)
+    _close(jnp.linalg.det(a), J.linalg.det(a), 1e-4)
+    for ours, theirs in zip(jnp.linalg.slogdet(a), J.linalg.slogdet(a)): _close(ours, theirs, 1e-5)
+    for mode in ("reduced", "complete"):
+        for ours, theirs in zip(jnp.linalg.qr(a[..., :, :3], mode=mode), J.linalg.qr(a[..., :, :3], mode=mode)):
+            _close(ours, theirs)
+    _close(jnp.linalg.qr(a, mode="r"), J.linalg.qr(a, mode="r"))
+    if not batch:  # (JAX's scipy LU takes single matrices; batches are checked by their product)
+        for ours, theirs in zip(sl.lu(a), JS.lu(a)): _close(ours, theirs)
+        for ours, theirs in zip(sl.lu_factor(a), JS.lu_factor(a)): _close(ours, theirs)
+    p, l_, u = (np.asarray(m) for m in sl.lu(a))
+    _close(p @ l_ @ u, a, 1e-5)
+    for trans in (0, 1):  # (JAX's lu_solve takes single matrices: batches against numpy)
+        want = np.linalg.solve(np.swapaxes(a, -1, -2) if trans else a, b)
+        _close(sl.lu_solve(sl.lu_factor(a), b, trans=trans), want, 1e-4)
+    for lower in (False, True):
+        _close(sl.cho_solve(sl.cho_factor(spd, lower=lower), b), JS.cho_solve(JS.cho_factor(spd, lower=lower), b))
+        for trans in (0, 1):
+            for unit in (False, True):
+                t = np.tril(a) if lower else np.triu(a)
+                t = t + 3 * np.eye(n, dtype=np.float32)  # (well conditioned)
+                _close(sl.solve_triangular(t, b, trans=trans, lower=lower, unit_diagonal=unit),
+                       JS.solve_triangular(t, b, trans=trans, lower=lower, unit_diagonal=unit), 1e-4)
+
+
+def test_vectors_float64_and_special_matrices():
+    a, v = _matrix((4, 4), np.float64), _matrix((4,), np.float64)
+    x = jnp.linalg.solve(a, v)
+    assert x.dtype == np.float64 and x.shape == (4,)
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, v), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.det(a)), np.linalg.det(a), rtol=1e-12)
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    assert float(jnp.linalg.det(singular)) == 0.0
+    sign, log = jnp.linalg.slogdet(singular)
+    assert float(sign) == 0.0 and float(log) == -np.inf
+    indefinite = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)
+    assert np.isnan(np.asarray(jnp.linalg.cholesky(indefinite))).any()  # (as JAX: NaNs, no exception)
+    permuted = np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)  # (a zero first pivot: the row swap)
+    _close(jnp.linalg.det(permuted), -1.0)
+    _close(jnp.linalg.inv(permuted), permuted)
+    for power in (0, 1, 2, 5, -1, -3):
+        _close(jnp.linalg.matrix_power(a.astype(np.float32), power),
+               np.linalg.matrix_power(a, power).astype(np.float32), 2e-4)
+
+
+@pytest.mark.parametrize("ord", [None, 1, 2, -1, np.inf, -np.inf, 0, 3, "fro"])
+def test_norms_match_numpy(ord):
+    x = _matrix((3, 4, 5))
+    for axis in ((-1,) if ord == "fro" else (-1, 0)) if ord not in (0, 3) else (1,):
+        if ord == "fro": continue
+        _close(jnp.linalg.norm(x, ord=ord, axis=axis), np.linalg.norm(x, ord=ord, axis=axis), 1e-5)
+    if ord not in (0, 3):
+        matrix_ord = "fro" if ord is None else ord
+        if matrix_ord in (2, -2):
+            with pytest.raises(NotImplementedError, match="svd"):
+                jnp.linalg.norm(x, ord=matrix_ord, axis=(1, 2))
+        else:
+            _close(jnp.linalg.norm(x, ord=matrix_ord, axis=(1, 2), keepdims=True),
+                   np.linalg.norm(x, ord=matrix_ord, axis=(1, 2), keepdims=True), 1e-5)
+    _close(jnp.linalg.norm(x), np.linalg.norm(x), 1e-5)
+    _close(jnp.linalg.vector_norm(x, axis=(0, 2)), J.linalg.vector_norm(x, axis=(0, 2)), 1e-5)
+
+
+def test_grads_match_jax():
+    a, spd, b = _matrix((4, 4)), _spd(4), _matrix((4, 2))
+
+    def loss(np_, sl_):
+        def f(a, spd, b):
+            return (np_.linalg.solve(a, b).sum() + np_.linalg.slogdet(a)[1] + np_.linalg.det(a)
+                    + (np_.linalg.cholesky(spd) * b[:, :1]).sum() + np_.linalg.inv(a)[0].sum()
+                    + (np_.linalg.qr(a)[1] ** 2).sum() + sl_.solve_triangular(spd, b, lower=True).sum())
+        return f
+    ours = fnx.grad(loss(jnp, sl), argnums=(0, 1, 2))(a, spd, b)
+    theirs = jax.grad(loss(J, JS), argnums=(0, 1, 2))(a, spd, b)
+    for x, y in zip(ours, theirs): _close(x, y, 2e-3)
+
+
+def test_vmap_jit_and_errors():
+    a, b = _matrix((3, 4, 4)), _matrix((3, 4))
+    _close(fnx.vmap(jnp.linalg.solve)(a, b), jax.vmap(J.linalg.solve)(a, b), 1e-4)
+    _close(fnx.jit(jnp.linalg.inv)(a), J.linalg.inv(a), 1e-4)
+    with pytest.raises(Exception, match=r"det: needs square matrices .* \(3, 4\)"):
+        jnp.linalg.det(np.ones((3, 4)))
+    with pytest.raises(Exception, match=r"solve: a \(4, 4\) and b \(3,\)"):
+        jnp.linalg.solve(np.eye(4), np.ones(3))
+    with pytest.raises(AttributeError, match="jax.numpy.linalg.eigh is not implemented in fnx yet"):
+        jnp.linalg.eigh
