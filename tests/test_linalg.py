@@ -123,3 +123,38 @@ def test_vmap_jit_and_errors():
         jnp.linalg.solve(np.eye(4), np.ones(3))
     with pytest.raises(AttributeError, match="jax.numpy.linalg.eigh is not implemented in fnx yet"):
         jnp.linalg.eigh
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33])
+def test_eigh_matches_lapack(n):
+    a = _matrix((2, n, n))
+    a = a + np.swapaxes(a, -1, -2)
+    w, v = (np.asarray(x, np.float64) for x in jnp.linalg.eigh(a))
+    want = np.linalg.eigvalsh(a.astype(np.float64))
+    np.testing.assert_allclose(w, want, rtol=0, atol=2e-6 * n * np.abs(want).max())
+    np.testing.assert_allclose(a @ v, v * w[..., None, :], atol=5e-6 * n * np.abs(want).max())
+    np.testing.assert_allclose(np.swapaxes(v, -1, -2) @ v, np.broadcast_to(np.eye(n), v.shape), atol=1e-6 * n + 1e-6)
+    theirs = np.asarray(J.linalg.eigh(a)[1])  # (signs are arbitrary: compare v v^T per eigenvector)
+    np.testing.assert_allclose(np.abs(v), np.abs(theirs), atol=1e-4 * n)
+    _close(jnp.linalg.eigvalsh(a), np.linalg.eigvalsh(a), 2e-6 * n * np.abs(want).max())
+
+
+def test_eigh_float64_degenerate_uplo_and_grad():
+    a = _matrix((6, 6), np.float64)
+    a = a + a.T
+    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(a)[0]), np.linalg.eigvalsh(a), rtol=0, atol=1e-13)
+    w, v = jnp.linalg.eigh(np.eye(4, dtype=np.float32) * 3)
+    np.testing.assert_array_equal(np.asarray(w), [3, 3, 3, 3])
+    lower_only = np.tril(a)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(lower_only, symmetrize_input=False)[0]),
+                               np.linalg.eigvalsh(a), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(np.triu(a), UPLO="U", symmetrize_input=False)[0]),
+                               np.linalg.eigvalsh(a), atol=1e-12)
+    b = _matrix((5, 5))
+    b = b + b.T
+
+    def loss(np_):  # (invariant to the eigenvectors' signs)
+        return lambda a: (np_.linalg.eigh(a)[0] ** 3).sum() + (np_.linalg.eigh(a)[1] ** 2 * np_.arange(5.0)).sum()
+    _close(fnx.grad(loss(jnp))(b), jax.grad(loss(J))(b), 1e-3)
+    _close(fnx.vmap(jnp.linalg.eigvalsh)(np.stack([b, 2 * b])), np.stack([np.linalg.eigvalsh(b),
+                                                                          np.linalg.eigvalsh(2 * b)]), 1e-4)
