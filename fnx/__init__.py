@@ -1,6 +1,5 @@
 """fnx: composable function transformations (jit, grad, vmap) with its own kernel compiler."""
-from fnx import dtypes, errors, lax, tree_util
-from fnx import tree_util as tree
+from fnx import dtypes, errors, lax, tree, tree_util
 from fnx.checkpoint_io import load, save
 from fnx.devices import default_device, device_count, device_put, devices, local_device_count, local_devices
 from fnx.trace import Array
@@ -8,7 +7,7 @@ from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
 from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
 from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
 from fnx.transforms.vmap import vmap
-from fnx.transforms.jit import jit, make_graph
+from fnx.transforms.jit import ShapeDtypeStruct, disable_jit, jit, make_graph
 from fnx.transforms.shard_map import shard_map
 from fnx import sharding  # noqa: E402
 from fnx.sharding import make_mesh
@@ -16,17 +15,25 @@ from fnx.sharding import distributed  # noqa: E402  (fnx.distributed: many proce
 from fnx.sharding.distributed import make_array_from_callback, process_count, process_index
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
+from fnx import lax_ops, lax_conv, lax_sort  # noqa: E402,F401  (join fnx.lax: see lax._extend)
+from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E402,F401  (join fnx.numpy)
+from fnx import scipy  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
+from fnx import debug  # noqa: E402
+from fnx.api import (ShapedArray, clear_caches, default_backend, device_get, eval_shape, jacobian,  # noqa: E402
+                     make_jaxpr, named_call, named_scope, pure_callback, typeof)
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
 from fnx.backends import cuda as _cuda  # noqa: E402,F401  (registers cuda: GPUs, or one compile-only device with NVRTC)
 
-__all__ = ["Array", "block_until_ready", "checkpoint", "custom_jvp", "custom_vjp", "default_device", "device_count",
-           "device_put", "devices", "distributed", "dtypes", "errors", "grad", "hessian", "jacfwd", "jacrev", "jit",
-           "jvp", "lax", "linearize", "load", "local_device_count", "local_devices", "make_array_from_callback",
-           "make_graph", "nn", "numpy", "optim", "process_count", "process_index", "random", "remat", "save",
-           "shard_map", "sharding", "make_mesh", "tree", "tree_util", "value_and_grad", "vjp", "vmap"]
+__all__ = ["Array", "ShapeDtypeStruct", "ShapedArray", "block_until_ready", "checkpoint", "clear_caches",
+           "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device", "device_count", "device_get",
+           "device_put", "devices", "disable_jit", "distributed", "dtypes", "errors", "eval_shape", "grad", "hessian",
+           "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count",
+           "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call",
+           "named_scope", "nn", "numpy", "optim", "process_count", "process_index", "pure_callback", "random", "remat",
+           "save", "scipy", "shard_map", "sharding", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):
@@ -34,3 +41,8 @@ def block_until_ready(x):
     for leaf in tree_util.tree_leaves(x):
         if isinstance(leaf, Array): leaf.block_until_ready()
     return x
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx", name)

@@ -27,12 +27,45 @@ class ShapeError(FnxError, TypeError):
 
 
 class ConcretizationError(FnxError, TypeError):
-    """A traced value was used where a concrete Python value is needed (bool(), int(), float(), indexing)."""
+    """A traced value was used where a concrete Python value is needed (bool(), int(), float(), indexing).
+
+    JAX's name for it is `ConcretizationTypeError` (the same class here); the subclasses below are the ones JAX
+    raises for each conversion, so `except fnx.errors.TracerBoolConversionError` works as in JAX."""
 
 
-class UnexpectedTracerError(FnxError, RuntimeError):
+ConcretizationTypeError = ConcretizationError
+
+
+class TracerBoolConversionError(ConcretizationTypeError):
+    """bool() of a traced value (a Python `if`, `and`, `or`, `not` on it), as jax.errors.TracerBoolConversionError."""
+
+
+class TracerIntegerConversionError(ConcretizationError):
+    """Use of a traced value as a Python index (`__index__`: `seq[x]`, `range(x)`), as
+    jax.errors.TracerIntegerConversionError. In JAX it is not a ConcretizationTypeError; here it is one too, so fnx
+    code catching ConcretizationError keeps working (int() of a traced value is a plain ConcretizationTypeError,
+    as in JAX)."""
+
+
+class TracerArrayConversionError(ConcretizationError):
+    """np.asarray() (`__array__`) of a traced value, as jax.errors.TracerArrayConversionError."""
+
+
+class NonConcreteBooleanIndexError(FnxError, IndexError):
+    """Boolean-mask indexing with a traced mask: the result's shape depends on values, as
+    jax.errors.NonConcreteBooleanIndexError (an IndexError, not a TypeError, in JAX; fnx raised a
+    ConcretizationError here before)."""
+
+
+class UnexpectedTracerError(FnxError, TypeError, RuntimeError):
     """A value traced inside jit or a transform was used after that trace ended (it escaped through a side
-    effect: a global, a list, an attribute), like jax.errors.UnexpectedTracerError."""
+    effect: a global, a list, an attribute), like jax.errors.UnexpectedTracerError (a TypeError in JAX; also a
+    RuntimeError, fnx's earlier base)."""
+
+
+class KeyReuseError(FnxError, TypeError):
+    """A PRNG key used twice, as jax.errors.KeyReuseError (fnx does not check key reuse; defined for code that
+    catches it)."""
 
 
 class UnsupportedError(FnxError, NotImplementedError):

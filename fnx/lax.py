@@ -764,9 +764,11 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     return spec_tree.unflatten(device_put(sub, s) for s, sub in zip(spec_leaves, subtrees))
 
 
-from fnx.lax_ops import *  # noqa: E402,F401,F403  (the rest of jax.lax: elementwise ops by name, windows, scans)
-from fnx.lax_conv import *  # noqa: E402,F401,F403  (convolutions)
-from fnx.lax_sort import *  # noqa: E402,F401,F403  (sorting)
+def _extend(names: dict[str, Any]) -> None:
+    """Add a themed module's names to fnx.lax: fnx/lax_ops.py (the rest of jax.lax's ops), lax_conv.py
+    (convolutions), lax_sort.py (sorting). They build on this module; fnx/__init__.py imports them after it and
+    each calls this at its end (importing them from here would close an import cycle)."""
+    globals().update(names)
 
 
 def __getattr__(name: str):

@@ -219,3 +219,6 @@ def conv_transpose(lhs: Any, rhs: Any, strides: Sequence[int], padding: Any, rhs
     return conv_general_dilated(x, w, (1,) * nsp, pads, lhs_dilation=strides, rhs_dilation=rhs_dilation,
                                 dimension_numbers=spec, precision=precision,
                                 preferred_element_type=preferred_element_type)
+
+
+lax._extend({name: globals()[name] for name in __all__})

@@ -90,3 +90,6 @@ def top_k(operand: Any, k: int) -> tuple[Array, Array]:
     order = argsort_keys([x], x.ndim - 1, descending=True, signed_zeros=True)
     order = lax.slice_in_dim(order, 0, int(k), axis=-1)
     return jnp.take_along_axis(x, order, -1), order
+
+
+lax._extend({name: globals()[name] for name in __all__})

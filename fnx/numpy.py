@@ -25,7 +25,7 @@ import numpy as np
 from fnx import dtypes, lax
 from fnx import trace as _trace
 from fnx.dtypes import DType
-from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
+from fnx.errors import ConcretizationError, NonConcreteBooleanIndexError, ShapeError, UnsupportedError, at_user_line
 from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_array, broadcast_shapes, cast,
                        check_operand, eager_op, elementwise, inexact_dtype, is_python_scalar, normalize_axes, prepare,
                        promote, shape_str, stack_arrays, state, with_weak)
@@ -891,11 +891,11 @@ def where(condition: Any, x: Any = None, y: Any = None, /) -> Array | tuple[Arra
     return with_weak(lax.select(_as_bool(c), x, y), weak)
 
 
-def _concrete(x: Any, name: str) -> np.ndarray:
-    """The host value of an index-like argument, or ConcretizationError under jit."""
+def _concrete(x: Any, name: str, error: type = ConcretizationError) -> np.ndarray:
+    """The host value of an index-like argument, or `error` (ConcretizationError by default) under jit."""
     if isinstance(x, Array):
         if state.tracing and not x.is_concrete:
-            raise ConcretizationError(at_user_line(
+            raise error(at_user_line(
                 f"{name}: needs concrete values, but got a traced {shape_str(x)} under jit; the result shape "
                 "would depend on the values. Use fnx.numpy.where(mask, x, other) instead"))
         return np.asarray(x)
@@ -1589,7 +1589,7 @@ def _expand_key(x: Array, key: Any) -> list[tuple[str, Any]]:
         elif isinstance(k, Array) or isinstance(k, (np.ndarray, list, tuple)):
             arr_dtype = _dt(k) if isinstance(k, Array) else np.asarray(k).dtype
             if (arr_dtype == dtypes.bool_ if isinstance(k, Array) else arr_dtype == np.bool_):
-                mask = _concrete(k, "boolean indexing")
+                mask = _concrete(k, "boolean indexing", NonConcreteBooleanIndexError)
                 items += [("array", array(i.astype(np.int32))) for i in np.nonzero(mask)] if mask.ndim else \
                     [("none", None), ("mask0", bool(mask))]
             else:
@@ -1829,11 +1829,16 @@ Array.install_numpy_methods({
 })
 
 
-# ---- the rest of jax.numpy, by theme (each module builds on the names above) ----
-from fnx.numpy_arrays import *  # noqa: E402,F401,F403  (creating, stacking, slicing and rearranging arrays)
-from fnx.numpy_math import *  # noqa: E402,F401,F403  (math, reductions, statistics, polynomials)
-from fnx.numpy_sorting import *  # noqa: E402,F401,F403  (sorting, searching, unique, quantiles)
-from fnx import numpy_linalg as linalg  # noqa: E402  (fnx.numpy.linalg)
+# ---- the rest of jax.numpy, by theme ----
+
+def _extend(names: dict[str, Any]) -> None:
+    """Add a themed module's names to fnx.numpy: fnx/numpy_arrays.py (creating, stacking, rearranging),
+    numpy_math.py (math, reductions, statistics), numpy_sorting.py (sorting, unique, quantiles) and
+    numpy_linalg.py (as `linalg`). They build on the functions above, so they import this module, and
+    fnx/__init__.py imports them after it; each calls this at its end (importing them from here would close an
+    import cycle, which tests/test_layers.py forbids)."""
+    globals().update(names)
+
 
 
 def __getattr__(name: str):

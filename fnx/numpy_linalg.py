@@ -4,16 +4,17 @@ reflections (cholesky, LU with partial pivoting, QR), with solve, inv, det, slog
 Every factorization is a loop of vectorized updates over the columns (fori_loop with static bounds, so a scan:
 traced once, any size), composed of fnx ops: it runs on every backend and under jit, vmap (leading batch axes),
 jvp and grad (reverse mode through the scan). JAX calls LAPACK on the CPU instead; the values agree to float
-rounding (tests/test_linalg.py). Eigen- and singular-value decompositions (eigh, svd and what needs them: lstsq,
-pinv, matrix_rank, the 2-norm and nuclear norm) are not implemented yet and say so. Symmetric eigenproblems (eigh)
-use the parallel cyclic Jacobi method: n / 2 disjoint rotations at a time, a fixed number of sweeps, with a
-custom derivative.
+rounding (tests/test_linalg.py). Symmetric eigenproblems (eigh) use the parallel cyclic Jacobi method, n / 2
+disjoint rotations at a time for a fixed number of sweeps, and the SVD (svd, and pinv, lstsq, matrix_rank, cond,
+the 2- and nuclear norms on it) its one-sided form on column pairs; both with custom derivatives. The general
+eigenproblem (eig, eigvals) is not implemented yet and says so.
 
     >>> fnx.numpy.linalg.det(jnp.array([[2.0, 1.0], [1.0, 3.0]]))
     Array(5., dtype=float32)
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,8 +26,10 @@ from fnx.errors import ShapeError, at_user_line
 from fnx.trace import Array, eager_op
 from fnx.transforms.custom import custom_jvp
 
-__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "matrix_norm", "matrix_power", "norm", "qr", "slogdet",
-           "solve", "vector_norm"]
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
+           "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv",
+           "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve", "trace", "vecdot",
+           "vector_norm"]
 
 
 def _square(a: Any, name: str) -> Array:
@@ -336,7 +339,252 @@ def eigvalsh(a: Any, UPLO: str | None = "L", *, symmetrize_input: bool = True) -
     return eigh(a, UPLO, symmetrize_input).eigenvalues
 
 
-_NEEDS_SVD = "is not implemented in fnx yet (it needs the singular values: svd is not there yet)"
+class SVDResult(NamedTuple):
+    U: Array
+    S: Array
+    Vh: Array
+
+
+def _jacobi_svd(a: Array) -> tuple[Array, Array, Array]:
+    """Thin SVD of (..., m, n) matrices with m >= n by one-sided Jacobi (Hestenes): column pairs of a are rotated
+    until orthogonal (the same parallel rounds as eigh), then the singular values are the column norms, V holds
+    the rotations and U the normalized columns. Singular values descending."""
+    m, n = a.shape[-2:]
+    size = n + n % 2
+    work = jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, 0), (0, size - n)]) if size != n else a
+    vectors = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), work.shape[:-2] + (size, size))
+    index = jnp.arange(size, dtype=jnp.int32)
+
+    def rotate(state, partner):
+        work, vectors = state
+        first = index < partner
+        other = jnp.take(work, partner, axis=-1)
+        norms = jnp.sum(work * work, axis=-2)                    # ||a_i||^2
+        cross = jnp.sum(work * other, axis=-2)                   # a_i . a_partner(i)
+        alpha = jnp.where(first, norms, jnp.take(norms, partner, axis=-1))   # the pair's p column
+        beta = jnp.where(first, jnp.take(norms, partner, axis=-1), norms)    # and q column
+        off = cross != 0
+        zeta = (beta - alpha) / (2 * jnp.where(off, cross, 1))
+        t = jnp.where(zeta >= 0, 1.0, -1.0).astype(a.dtype) / (jnp.abs(zeta) + jnp.sqrt(1 + zeta * zeta))
+        t = jnp.where(off, t, 0)
+        c = 1 / jnp.sqrt(1 + t * t)
+        s = jnp.where(first, t * c, -t * c)
+        s_of_partner = jnp.take(s, partner, axis=-1)
+        work = work * c[..., None, :] + other * s_of_partner[..., None, :]
+        vectors = vectors * c[..., None, :] + jnp.take(vectors, partner, axis=-1) * s_of_partner[..., None, :]
+        return (work, vectors), None
+
+    if size > 1:
+        rounds = jnp.asarray(np.tile(_tournament(size), (JACOBI_SWEEPS[a.dtype.itemsize], 1)))
+        (work, vectors), _ = lax.scan(rotate, (work, vectors), rounds)
+    work, vectors = work[..., :, :n], vectors[..., :n, :n]
+    values = jnp.sqrt(jnp.sum(work * work, axis=-2))
+    order = jnp.argsort(values, axis=-1, descending=True)
+    values = jnp.take_along_axis(values, order, axis=-1)
+    work = jnp.take_along_axis(work, order[..., None, :], axis=-1)
+    vectors = jnp.take_along_axis(vectors, order[..., None, :], axis=-1)
+    u = work / jnp.where(values > 0, values, 1)[..., None, :]
+    return u, values, vectors
+
+
+@custom_jvp
+def _svd(a: Array) -> tuple[Array, Array, Array]:
+    return _jacobi_svd(a)
+
+
+@_svd.defjvp
+def _svd_jvp(primals, tangents):
+    """For distinct nonzero singular values (Townsend, 2016): with J = U^T dA V and F_ij = 1 / (s_j^2 - s_i^2),
+    dS = diag(J), dU = U (F * (J S + S J^T)) + (I - U U^T) dA V / S, dV = V (F * (S J + J^T S))."""
+    (a,), (da,) = primals, tangents
+    u, s, v = _svd(a)
+    j = jnp.matmul(jnp.swapaxes(u, -1, -2), jnp.matmul(da, v))
+    squares = s * s
+    gaps = squares[..., None, :] - squares[..., :, None]
+    eye = jnp.eye(s.shape[-1], dtype=bool)
+    f = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gaps))
+    js, sj = j * s[..., None, :], s[..., :, None] * j
+    du = jnp.matmul(u, f * (js + jnp.swapaxes(sj, -1, -2)))
+    outside = jnp.matmul(da, v) - jnp.matmul(u, jnp.matmul(jnp.swapaxes(u, -1, -2), jnp.matmul(da, v)))
+    du = du + outside / jnp.where(s > 0, s, 1)[..., None, :]
+    dv = jnp.matmul(v, f * (sj + jnp.swapaxes(js, -1, -2)))
+    return (u, s, v), (du, jnp.diagonal(j, axis1=-2, axis2=-1), dv)
+
+
+@eager_op
+def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
+    """a = U diag(S) Vh with orthonormal U, Vh and singular values S descending, by one-sided Jacobi (JAX calls
+    LAPACK's gesdd). `full_matrices` completes U (or Vh) to a square orthonormal basis; with `compute_uv=False`
+    only S. Differentiable for distinct nonzero singular values, as JAX."""
+    a = jnp.asarray(a)
+    if a.ndim < 2: raise ShapeError(at_user_line(f"svd: needs matrices in the last two axes, got shape {a.shape}"))
+    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    m, n = a.shape[-2:]
+    wide = m < n
+    u, s, v = _svd(jnp.swapaxes(a, -1, -2) if wide else a)
+    if wide: u, v = v, u  # (the SVD of a^T: the roles swap)
+    if not compute_uv: return s
+    if full_matrices and m != n:
+        tall = v if wide else u
+        complete = qr(tall, mode="complete").Q[..., :, min(m, n):]  # (an orthonormal basis of the rest)
+        if not wide: u = jnp.concatenate([u, complete], axis=-1)
+        else: v = jnp.concatenate([v, complete], axis=-1)
+    return SVDResult(u, s, jnp.swapaxes(v, -1, -2))
+
+
+def svdvals(x: Any, /) -> Array:
+    """The singular values, descending."""
+    return svd(x, compute_uv=False)
+
+
+def _cutoff(s: Array, rtol: Any, shape: tuple[int, ...]) -> Array:
+    if rtol is None: rtol = max(shape[-2:]) * float(jnp.finfo(s.dtype).eps)
+    return jnp.asarray(rtol, s.dtype)[..., None] * s[..., :1]
+
+
+@eager_op
+def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None) -> Array:
+    """The Moore-Penrose pseudo-inverse: V diag(1/S) U^T over the singular values above rtol * max(S)."""
+    a = jnp.asarray(a)
+    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    u, s, vh = svd(a, full_matrices=False)
+    keep = s > _cutoff(s, rtol if rcond is None else rcond, a.shape)
+    inverse = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0)
+    return jnp.matmul(jnp.swapaxes(vh, -1, -2) * inverse[..., None, :], jnp.swapaxes(u, -1, -2))
+
+
+@eager_op
+def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:
+    """The number of singular values above tol (default rtol * max(S), rtol = max(m, n) * eps)."""
+    m = jnp.asarray(M)
+    if m.ndim < 2: return jnp.asarray(jnp.any(m != 0), jnp.int32)
+    s = svdvals(m)
+    limit = jnp.asarray(tol, s.dtype)[..., None] if tol is not None else _cutoff(s, rtol, m.shape)
+    return jnp.sum(s > limit, axis=-1, dtype=jnp.int32)
+
+
+class LstsqResult(NamedTuple):
+    solution: Array
+    residuals: Array
+    rank: Array
+    singular_values: Array
+
+
+@eager_op
+def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> LstsqResult:
+    """The least-squares solution of a x = b through the SVD (singular values at or below rcond * max(S) are
+    dropped), with the squared residuals (when a has full column rank and more rows than columns), the rank and the
+    singular values."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ShapeError(at_user_line(f"lstsq: a must be 2-d and b 1-d or 2-d with a's rows, got {a.shape} and "
+                                      f"{b.shape}"))
+    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    u, s, vh = svd(a, full_matrices=False)
+    keep = s > _cutoff(s, rcond, a.shape)
+    rhs = b[:, None] if b.ndim == 1 else b
+    coefficients = jnp.where(keep[:, None], jnp.matmul(u.T, rhs) / jnp.where(keep, s, 1)[:, None], 0)
+    x = jnp.matmul(vh.T, coefficients)
+    rank = jnp.sum(keep, dtype=jnp.int32)
+    residual = jnp.sum((jnp.matmul(a, x) - rhs) ** 2, axis=0)
+    full = (rank == a.shape[1]) & (a.shape[0] > a.shape[1])
+    residuals = jnp.where(full, residual, 0) if numpy_resid is False else residual
+    if b.ndim == 1: x, residuals = x[:, 0], residuals
+    return LstsqResult(x, residuals, rank, s)
+
+
+@eager_op
+def cond(x: Any, p: Any = None) -> Array:
+    """The condition number: max(S) / min(S) for p None or 2, min / max for -2, else norm(x, p) norm(inv(x), p)."""
+    x = jnp.asarray(x)
+    if p in (None, 2, -2):
+        s = svdvals(x)
+        return s[..., 0] / s[..., -1] if p != -2 else s[..., -1] / s[..., 0]
+    return norm(x, ord=p, axis=(-2, -1)) * norm(inv(x), ord=p, axis=(-2, -1))
+
+
+def multi_dot(arrays: Any, *, precision: Any = None) -> Array:
+    """The product of a chain of matrices (first and last may be vectors), multiplied in the order that costs the
+    fewest multiply-adds (the classic dynamic program over the chain)."""
+    arrays = [jnp.asarray(a) for a in arrays]
+    if len(arrays) < 2: raise ValueError(at_user_line("multi_dot: needs at least two arrays"))
+    first, last = arrays[0].ndim == 1, arrays[-1].ndim == 1
+    if first: arrays[0] = arrays[0][None, :]
+    if last: arrays[-1] = arrays[-1][:, None]
+    dims = [a.shape[0] for a in arrays] + [arrays[-1].shape[1]]
+    count = len(arrays)
+    cost = [[0] * count for _ in range(count)]
+    split_at = [[0] * count for _ in range(count)]
+    for length in range(1, count):
+        for i in range(count - length):
+            j = i + length
+            cost[i][j], split_at[i][j] = min((cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1], k)
+                                             for k in range(i, j))
+
+    def product(i, j):
+        if i == j: return arrays[i]
+        k = split_at[i][j]
+        return jnp.matmul(product(i, k), product(k + 1, j))
+    out = product(0, count - 1)
+    if first: out = out[0]
+    if last: out = out[..., 0]
+    return out
+
+
+def tensorsolve(a: Any, b: Any, axes: Any = None) -> Array:
+    """x with tensordot(a, x, x.ndim) = b: a reshaped to a square matrix and solved."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if axes is not None:
+        rest = [i for i in range(a.ndim) if i not in axes]
+        a = jnp.transpose(a, rest + list(axes))
+    unknown = a.shape[b.ndim:]
+    size = int(np.prod(unknown))
+    return solve(a.reshape(-1, size), b.reshape(-1)).reshape(unknown)
+
+
+def tensorinv(a: Any, ind: int = 2) -> Array:
+    """The inverse of a with respect to tensordot over its first `ind` axes."""
+    a = jnp.asarray(a)
+    inner, outer = a.shape[:ind], a.shape[ind:]
+    return inv(a.reshape(int(np.prod(inner)), -1)).reshape(outer + inner)
+
+
+def matmul(x1: Any, x2: Any, /, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+    return jnp.matmul(x1, x2, precision=precision, preferred_element_type=preferred_element_type)
+
+
+def outer(x1: Any, x2: Any, /) -> Array:
+    """The outer product of two vectors."""
+    x1, x2 = jnp.asarray(x1), jnp.asarray(x2)
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ValueError(at_user_line(f"outer: needs 1-d arrays, got shapes {x1.shape} and {x2.shape}"))
+    return x1[:, None] * x2[None, :]
+
+
+def diagonal(x: Any, /, *, offset: int = 0) -> Array:
+    return jnp.diagonal(x, offset=offset, axis1=-2, axis2=-1)
+
+
+def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Array:
+    return jnp.sum(diagonal(x, offset=offset), axis=-1, dtype=dtype)
+
+
+def matrix_transpose(x: Any, /) -> Array:
+    return jnp.swapaxes(jnp.asarray(x), -1, -2)
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None) -> Array:
+    return jnp.sum(jnp.asarray(x1) * jnp.asarray(x2), axis=axis)
+
+
+def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, precision: Any = None) -> Array:
+    from fnx.numpy import tensordot as numpy_tensordot
+    return numpy_tensordot(x1, x2, axes=axes)
+
+
+def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+    from fnx.numpy import cross as numpy_cross
+    return numpy_cross(x1, x2, axis=axis)
 
 
 @eager_op
@@ -356,8 +604,8 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
 
 @eager_op
 def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Array:
-    """The matrix norm over the last two axes: 'fro', 1 / -1 (largest / smallest column sum of magnitudes), inf /
-    -inf (row sums). 2, -2 and 'nuc' need singular values and raise NotImplementedError."""
+    """The matrix norm over the last two axes: 'fro', 'nuc' (the sum of singular values), 2 / -2 (the largest /
+    smallest singular value), 1 / -1 (largest / smallest column sum of magnitudes), inf / -inf (row sums)."""
     return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
@@ -377,7 +625,10 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     if len(axes) != 2: raise ValueError(at_user_line(f"norm: axis must be one or two axes, got {axis!r}"))
     rows, cols = (a % x.ndim for a in axes)
     if ord in (None, "fro", "f"): return jnp.sqrt(jnp.sum(x * x, axis=axes, keepdims=keepdims))
-    if ord in (2, -2, "nuc"): raise NotImplementedError(f"norm: ord={ord!r} for matrices {_NEEDS_SVD}")
+    if ord in (2, -2, "nuc"):
+        s = svdvals(jnp.moveaxis(x, (rows, cols), (-2, -1)))
+        out = jnp.sum(s, axis=-1) if ord == "nuc" else s[..., 0] if ord == 2 else s[..., -1]
+        return jnp.expand_dims(out, (rows, cols)) if keepdims else out
     if ord not in (1, -1, np.inf, -np.inf):
         raise ValueError(at_user_line(f"norm: invalid ord {ord!r} for matrices"))
     summed_over, kept = (rows, cols) if ord in (1, -1) else (cols, rows)
@@ -390,3 +641,6 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
 def __getattr__(name: str):
     from fnx.jax_names import missing
     raise missing("fnx.numpy.linalg", name)
+
+
+jnp._extend({"linalg": sys.modules[__name__]})

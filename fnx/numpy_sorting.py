@@ -267,3 +267,6 @@ def nanmedian(a: Any, axis: Any = None, out: None = None, overwrite_input: bool 
               keepdims: bool = False) -> Array:
     """median ignoring NaNs."""
     return nanquantile(a, 0.5, axis, keepdims=keepdims)
+
+
+jnp._extend({name: globals()[name] for name in __all__})

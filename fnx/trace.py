@@ -29,7 +29,8 @@ from fnx.backends.device import (Buffer, Device, Executable, LRUCache, SingleDev
                                  get_device)
 from fnx.config import config
 from fnx.dtypes import DType
-from fnx.errors import ConcretizationError, ShapeError, UnexpectedTracerError, at_user_line, user_frame
+from fnx.errors import (ConcretizationError, ShapeError, TracerArrayConversionError, TracerBoolConversionError,
+                        TracerIntegerConversionError, UnexpectedTracerError, at_user_line, user_frame)
 from fnx.rewrite import substitute
 from fnx.uop import BufferArg, GroupOp, Ops, ParamArg, UOp
 
@@ -186,12 +187,12 @@ class Array:
         """True once the array was donated to a jitted call (donate_argnums) that reused its memory."""
         return self._buffer is not None and self._buffer.is_deleted
 
-    def _value(self) -> np.ndarray:
-        """The value as a numpy array (runs pending work; raises ConcretizationError under a trace)."""
+    def _value(self, error: type[ConcretizationError] = ConcretizationError) -> np.ndarray:
+        """The value as a numpy array (runs pending work; raises `error`, a ConcretizationError, under a trace)."""
         if self._buffer is None:
             if self._trace is not None and self._trace.closed: self._escaped()
             if state.tracing:
-                raise ConcretizationError(at_user_line(
+                raise error(at_user_line(
                     f"a traced value of shape {self.shape} and dtype {self._dtype} was used where a concrete "
                     "value is needed (bool(), int(), float(), np.asarray, or a Python `if`). Under jit, use "
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
@@ -205,12 +206,12 @@ class Array:
         return device_of(buffer).allocator.copyout(buffer).reshape(self._shape)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        value = self._value()
+        value = self._value(TracerArrayConversionError)
         return value.astype(dtype) if dtype is not None else value.copy() if copy else value
 
     def item(self) -> Any: return self._value().item()
     def tolist(self) -> Any: return self._value().tolist()
-    def __bool__(self) -> bool: return bool(self._scalar_value("bool"))
+    def __bool__(self) -> bool: return bool(self._scalar_value("bool", TracerBoolConversionError))
     def __int__(self) -> int: return int(self._scalar_value("int"))
     def __float__(self) -> float: return float(self._scalar_value("float"))
     def __complex__(self) -> complex: return complex(self._scalar_value("complex"))
@@ -218,10 +219,15 @@ class Array:
     def __index__(self) -> int:
         if not self._dtype.is_int and not self._dtype.is_bool:
             raise TypeError(at_user_line(f"only integer arrays can be used as an index, got {self._dtype}"))
-        return int(self._scalar_value("index"))
+        return int(self._scalar_value("index", TracerIntegerConversionError))
 
-    def _scalar_value(self, what: str) -> Any:
-        value = self._value()  # under jit this raises ConcretizationError first, whatever the shape
+    def _scalar_value(self, what: str, error: type[ConcretizationError] = ConcretizationError) -> Any:
+        value = self._value(error)  # under jit this raises `error` first, whatever the shape
+        if what == "bool" and self.size != 1:  # numpy's and JAX's ValueError
+            raise ValueError(at_user_line("The truth value of an empty array is ambiguous. Use `array.size > 0` to "
+                                          "check that an array is not empty." if self.size == 0 else
+                                          "The truth value of an array with more than one element is ambiguous. "
+                                          "Use a.any() or a.all()"))
         if self.size != 1:
             raise TypeError(at_user_line(f"{what}() of an array of shape {self.shape} is ambiguous; "
                                          "it needs exactly one element (use .any() or .all())"))
@@ -628,8 +634,15 @@ def as_array(x: Any, dtype: DType | None = None) -> Array:
 
 def as_operand(x: Any, name: str = "asarray") -> Array:
     """An argument of array function `name` as an Array: Python scalars stay weakly typed constants (`to_array`),
-    anything else converts as `as_array`; a conversion error names `name`."""
+    anything else converts as `as_array`; a conversion error names `name`.
+
+    A list or tuple is a TypeError, as JAX's jnp functions raise (`jnp.sum([1, 2])`: wrap it in jnp.array), except
+    where JAX converts one: `asarray` (the default name, used for values like pad's constant_values) and `.at[]`
+    updates."""
     if isinstance(x, Array): return x
+    if isinstance(x, (list, tuple)) and name != "asarray" and not name.startswith("at[]"):
+        raise TypeError(at_user_line(f"{name} requires ndarray or scalar arguments, got {type(x)}; convert a "
+                                     "list with fnx.numpy.array first, as in JAX"))
     try:
         return to_array(x) if is_python_scalar(x) else as_array(x)
     except TypeError as err:

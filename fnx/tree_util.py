@@ -20,6 +20,9 @@ __all__ = [
     "tree_reduce", "tree_transpose", "tree_flatten_with_path", "tree_leaves_with_path", "tree_map_with_path",
     "keystr", "SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey", "register_pytree_node",
     "register_pytree_with_keys", "register_pytree_node_class", "register_dataclass", "treedef_is_leaf",
+    "KeyEntry", "KeyPath", "Partial", "all_leaves", "flatten_one_level", "flatten_one_level_with_keys",
+    "is_tree_node", "register_pytree_with_keys_class", "register_static", "tree_broadcast", "tree_reduce_associative",
+    "treedef_children", "treedef_tuple",
 ]
 
 # ---------------------------------------------------------------------------
@@ -151,6 +154,28 @@ def register_pytree_node_class(cls: type) -> type:
       ...   def tree_unflatten(cls, aux, children): return cls(*children)
     """
     register_pytree_node(cls, operator.methodcaller("tree_flatten"), cls.tree_unflatten)
+    return cls
+
+
+def register_pytree_with_keys_class(cls: type) -> type:
+    """Class decorator registering ``cls`` via its ``tree_flatten_with_keys`` method (``x -> (((key, child), ...),
+    aux)``), its optional ``tree_flatten`` method and its ``tree_unflatten`` classmethod."""
+    flatten = operator.methodcaller("tree_flatten") if hasattr(cls, "tree_flatten") else None
+    register_pytree_with_keys(cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten, flatten)
+    return cls
+
+
+def register_static(cls: type) -> type:
+    """Registers ``cls`` as a pytree node with no children: an instance is kept whole in the treedef, so jit treats
+    it as a static argument (it must be hashable). Usable as a decorator; returns ``cls``.
+
+    Example:
+      >>> @register_static
+      ... class Mode(str): pass
+      >>> tree_leaves([1, Mode("add")])
+      [1]
+    """
+    register_pytree_node(cls, lambda x: ((), x), lambda aux, _: aux, lambda x: ((), x))
     return cls
 
 
@@ -373,6 +398,54 @@ def treedef_is_leaf(treedef: PyTreeDef) -> bool:
     return treedef._type is None
 
 
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+    """The treedefs of the children of ``treedef``'s root node."""
+    return treedef.children()
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+    """The treedef of a tuple whose children have the structures ``treedefs``.
+
+    Example:
+      >>> treedef_tuple([tree_structure([1]), tree_structure(2)]) == tree_structure(([1], 2))
+      True
+    """
+    return PyTreeDef(tuple, None, tuple(treedefs))
+
+
+def is_tree_node(typ: type) -> bool:
+    """True if instances of type ``typ`` are pytree nodes (built in, registered, or a namedtuple)."""
+    return _lookup(typ) is not None
+
+
+def flatten_one_level(tree: Any) -> tuple[tuple[Any, ...], Any]:
+    """``(children, aux_data)`` of the root node of ``tree``.
+
+    Raises:
+      ValueError: if ``tree`` is a leaf.
+    """
+    children, aux = _node_of(tree).flatten(tree)
+    return tuple(children), aux
+
+
+def flatten_one_level_with_keys(tree: Any) -> tuple[tuple[tuple[KeyEntry, Any], ...], Any]:
+    """``(((key, child), ...), aux_data)`` of the root node of ``tree``; ValueError for a leaf."""
+    pairs, aux = _node_of(tree).flatten_with_keys(tree)
+    return tuple(pairs), aux
+
+
+def _node_of(tree: Any) -> _Node:
+    node = _lookup(type(tree))
+    if node is None:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return node
+
+
+def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = None) -> bool:
+    """True if every element of ``iterable`` is a leaf (``None`` is not: it is a node without children)."""
+    return all(treedef_is_leaf(tree_structure(x, is_leaf)) for x in iterable)
+
+
 _LEAF = PyTreeDef(None, None, ())
 
 
@@ -380,9 +453,12 @@ _LEAF = PyTreeDef(None, None, ())
 # Flattening
 
 
-def _flatten(x: Any, is_leaf: Callable[[Any], bool] | None, leaves: list, path: KeyPath | None) -> PyTreeDef:
-    """Appends the leaves of ``x`` (or ``(path, leaf)`` pairs when ``path`` is given) and returns its treedef."""
-    node = None if is_leaf is not None and is_leaf(x) else _lookup(type(x))
+def _flatten(x: Any, is_leaf: Callable[..., bool] | None, leaves: list, path: KeyPath | None,
+             is_leaf_takes_path: bool = False) -> PyTreeDef:
+    """Appends the leaves of ``x`` (or ``(path, leaf)`` pairs when ``path`` is given) and returns its treedef;
+    ``is_leaf`` is called as ``is_leaf(path, x)`` when ``is_leaf_takes_path``."""
+    stop = is_leaf is not None and (is_leaf(path, x) if is_leaf_takes_path else is_leaf(x))
+    node = None if stop else _lookup(type(x))
     if node is None:
         leaves.append(x if path is None else (path, x))
         return _LEAF
@@ -391,7 +467,7 @@ def _flatten(x: Any, is_leaf: Callable[[Any], bool] | None, leaves: list, path: 
         defs = tuple(_flatten(c, is_leaf, leaves, None) for c in children)
     else:
         pairs, aux = node.flatten_with_keys(x)
-        defs = tuple(_flatten(c, is_leaf, leaves, (*path, k)) for k, c in pairs)
+        defs = tuple(_flatten(c, is_leaf, leaves, (*path, k), is_leaf_takes_path) for k, c in pairs)
     return PyTreeDef(type(x), aux, defs)
 
 
@@ -429,9 +505,10 @@ def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> P
     return tree_flatten(tree, is_leaf)[1]
 
 
-def tree_flatten_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None
+def tree_flatten_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None, is_leaf_takes_path: bool = False
                            ) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
-    """Like :func:`tree_flatten`, but each leaf comes with its key path.
+    """Like :func:`tree_flatten`, but each leaf comes with its key path (``is_leaf(path, x)`` when
+    ``is_leaf_takes_path``).
 
     Returns:
       ``([(key_path, leaf), ...], treedef)``.
@@ -441,12 +518,13 @@ def tree_flatten_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = No
       [((DictKey(key='a'), SequenceKey(idx=0)), 1)]
     """
     leaves: list[Any] = []
-    return leaves, _flatten(tree, is_leaf, leaves, ())
+    return leaves, _flatten(tree, is_leaf, leaves, (), is_leaf_takes_path)
 
 
-def tree_leaves_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[tuple[KeyPath, Any]]:
+def tree_leaves_with_path(tree: Any, is_leaf: Callable[..., bool] | None = None,
+                          is_leaf_takes_path: bool = False) -> list[tuple[KeyPath, Any]]:
     """The ``(key_path, leaf)`` pairs of a pytree."""
-    return tree_flatten_with_path(tree, is_leaf)[0]
+    return tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)[0]
 
 
 def _rest_leaves(treedef: PyTreeDef, rest: Sequence[Any]) -> list[list[Any]]:
@@ -484,10 +562,15 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[An
     return treedef.unflatten(f(*xs) for xs in zip(leaves, *others))
 
 
-def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
-                       is_leaf: Callable[[Any], bool] | None = None) -> Any:
-    """Like :func:`tree_map`, but ``f`` is called as ``f(key_path, x, *xs)``."""
-    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[..., bool] | None = None,
+                       is_leaf_takes_path: bool = False) -> Any:
+    """Like :func:`tree_map`, but ``f`` is called as ``f(key_path, x, *xs)``.
+
+    Example:
+      >>> tree_map_with_path(lambda path, x: x + path[0].idx, [1, 2, 3])
+      [1, 3, 5]
+    """
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)
     others = _rest_leaves(treedef, rest)
     return treedef.unflatten(f(p, x, *xs) for (p, x), *xs in zip(pairs, *others))
 
@@ -539,3 +622,68 @@ def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, py
         raise TypeError(f"Mismatch\n{treedef}\n != \n{outer_treedef.compose(inner_treedef)}")
     rows = [flat[i * n_in:(i + 1) * n_in] for i in range(n_out)]
     return inner_treedef.unflatten(outer_treedef.unflatten(col) for col in zip(*rows))
+
+
+def tree_reduce_associative(operation: Callable[[Any, Any], Any], tree: Any, *, identity: Any = _NO_INIT,
+                            is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """Reduces the leaves of ``tree`` with an associative ``operation`` as a balanced tree of calls (depth log n).
+
+    Args:
+      operation: an associative binary function.
+      tree: the pytree to reduce.
+      identity: the result for a tree without leaves.
+      is_leaf: optional predicate marking extra leaves.
+
+    Raises:
+      TypeError: if ``tree`` has no leaves and no ``identity`` is given.
+
+    Example:
+      >>> tree_reduce_associative(operator.add, [1, (2, 3), [4, 5, 6]])
+      21
+    """
+    leaves = tree_leaves(tree, is_leaf)
+    if not leaves:
+        if identity is _NO_INIT:
+            raise TypeError("Must specify identity for parallel reduction of empty sequence.")
+        return identity
+    while len(leaves) > 1:
+        paired = [operation(a, b) for a, b in zip(leaves[::2], leaves[1::2])]
+        leaves = paired + leaves[len(paired) * 2:]
+    return leaves[0]
+
+
+def tree_broadcast(prefix_tree: Any, full_tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """``full_tree``'s structure with each leaf of ``prefix_tree`` repeated over the subtree it stands for.
+
+    Example:
+      >>> tree_broadcast((1, 2, 3), (0, {'a': 0, 'b': 0}, (0, 0)))
+      (1, {'a': 2, 'b': 2}, (3, 3))
+
+    Raises:
+      ValueError: if ``prefix_tree`` is not a prefix of ``full_tree``.
+    """
+    leaves, treedef = tree_flatten(prefix_tree, is_leaf)
+    subtrees = treedef.flatten_up_to(full_tree)
+    return treedef.unflatten(tree_map(lambda _, leaf=leaf: leaf, sub, is_leaf=is_leaf)
+                             for leaf, sub in zip(leaves, subtrees))
+
+
+class Partial(functools.partial):
+    """A ``functools.partial`` that is a pytree: its bound arguments are the children and the function is aux data,
+    so it can be passed to and returned from jitted and transformed functions.
+
+    Example:
+      >>> add_one = Partial(operator.add, 1)
+      >>> tree_map(lambda x: x * 10, add_one)(1)
+      11
+    """
+
+
+register_pytree_node(
+    Partial, lambda p: ((p.args, p.keywords), p.func), lambda func, c: Partial(func, *c[0], **c[1]),
+    lambda p: ([(GetAttrKey("args"), p.args), (GetAttrKey("keywords"), p.keywords)], p.func))
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.tree_util", name)

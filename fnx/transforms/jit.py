@@ -7,22 +7,143 @@
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import operator
+import threading
+import types
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fnx import tree_util
+from fnx import dtypes, tree_util
 from fnx.backends.device import Buffer, Executable, get_device
+from fnx.debug.callbacks import callbacks
 from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.sharding import spmd
-from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, trace
+from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, to_array, trace
 from fnx.uop import BufferArg, Ops, UOp
+
+
+class ShapeDtypeStruct:
+    """The shape and dtype of an array without its values, as jax.ShapeDtypeStruct: what `eval_shape` returns, and an
+    argument that `jit(f).lower(...)`, `eval_shape` and `make_jaxpr` accept in place of an array.
+
+    Example:
+      >>> fnx.jit(lambda x: x.sum()).lower(fnx.ShapeDtypeStruct((2, 3), jnp.float32)).as_text("graph")
+    """
+    __slots__ = ("shape", "dtype", "sharding", "weak_type")
+
+    def __init__(self, shape: Sequence[int], dtype: Any, sharding: Any = None, weak_type: bool = False):
+        self.shape = tuple(operator.index(d) for d in shape)
+        self.dtype = np.dtype(dtypes.to_dtype(dtype).np)
+        self.sharding, self.weak_type = sharding, bool(weak_type)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape)))
+
+    def _key(self) -> tuple:
+        return (self.shape, self.dtype, self.sharding, self.weak_type)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShapeDtypeStruct) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        extra = (f", sharding={self.sharding}" if self.sharding is not None else "") + (
+            ", weak_type=True" if self.weak_type else "")
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{extra})"
+
+
+def abstract_value(x: Any) -> tuple[tuple[int, ...], dtypes.DType, bool]:
+    """(shape, dtype, weak_type) of an argument leaf: a ShapeDtypeStruct, an Array, a numpy or Python value."""
+    if isinstance(x, ShapeDtypeStruct): return (x.shape, dtypes.to_dtype(x.dtype), x.weak_type)
+    return abstract_leaf(x)
+
+
+class _JitState(threading.local):
+    """Per thread: whether jit is disabled (`disable_jit`, or a jitted function with host callbacks running op by
+    op)."""
+
+    def __init__(self):
+        self.disabled = 0
+
+
+jit_state = _JitState()
+
+
+@contextlib.contextmanager
+def disable_jit(disable: bool = True):
+    """Inside this block jitted functions run op by op (eagerly), as with jax.disable_jit: Python `print` and
+    breakpoints see concrete values. Transforms (grad, vmap) still trace.
+
+    Example:
+      >>> with fnx.disable_jit():
+      ...   fnx.jit(lambda x: print(x) or x)(1.0)
+    """
+    jit_state.disabled += bool(disable)
+    try:
+        yield
+    finally:
+        jit_state.disabled -= bool(disable)
+
+
+class _RunEagerly:
+    """The cache entry of a signature whose trace met a host callback: fnx has no compiled form of a callback, so
+    such calls run the function op by op (the callbacks then see concrete values)."""
+
+    def __repr__(self) -> str:
+        return "<runs eagerly: host callback>"
+
+
+RUN_EAGERLY = _RunEagerly()
+
+
+class _TraceCache:
+    """The programs traced for one function and one set of jit options (signature key -> Lowered), shared by every
+    `jit` of that function with those options, as JAX's cache is keyed by the function."""
+    __slots__ = ("lowered", "fast", "__weakref__")
+
+    def __init__(self):
+        self.lowered: dict[Any, Any] = {}
+        self.fast: dict[Any, Any] = {}
+
+
+_shared_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {options: _TraceCache}
+_all_caches: weakref.WeakSet = weakref.WeakSet()
+_caches_lock = threading.Lock()
+
+
+def _trace_cache(fun: Callable, options: tuple | None) -> _TraceCache:
+    """The trace cache of `fun` with jit `options` (None: unshareable options, a cache of its own). Functions are
+    held weakly: a cache goes away with its function."""
+    with _caches_lock:
+        try:
+            per_options = _shared_caches.setdefault(fun, {}) if options is not None else None
+        except TypeError:  # not weakly referenceable
+            per_options = None
+        cache = per_options.get(options) if per_options is not None else None
+        if cache is None:
+            cache = _TraceCache()
+            if per_options is not None: per_options[options] = cache
+            _all_caches.add(cache)
+        return cache
+
+
+def clear_trace_caches() -> None:
+    """Forget every jitted function's traced programs (they retrace on their next call)."""
+    with _caches_lock:
+        for cache in list(_all_caches):
+            cache.lowered.clear()
+            cache.fast.clear()
 
 
 def _as_buffer(x: Any, device: str, param: UOp) -> Buffer:
@@ -175,9 +296,17 @@ class Jitted:
             self._positional.index(n) for n in donate_argnames if n in self._positional)
         self._static_positions = {self._positional.index(n) for n in self.static_argnames if n in self._positional}
         self._flat_ok = not self.static_argnums and not self.static_argnames and device is None
-        self._cache: dict[Any, Lowered] = {}
-        self._fast: dict[Any, Lowered] = {}
+        shareable = in_shardings is None and out_shardings is None
+        cache = _trace_cache(fun, (self.static_argnums, self.static_argnames, self.donate_argnums, device)
+                             if shareable else None)
+        self._traces = 0  # how many signatures this object traced (others may share its cache)
+        self._cache: dict[Any, Lowered | _RunEagerly] = cache.lowered
+        self._fast: dict[Any, Lowered | _RunEagerly] = cache.fast
         functools.update_wrapper(self, fun)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """A jitted function in a class body is a method: `obj.f(x)` calls it with `obj` first, as in JAX."""
+        return self if instance is None else types.MethodType(self, instance)
 
     def _maybe_sharded(self, leaves: list) -> bool:
         return self.in_shardings is not None or any(type(x) is Array and x._buffer is not None and
@@ -220,22 +349,25 @@ class Jitted:
     def _lower(self, args: tuple, kwargs: dict) -> tuple[Lowered, list]:
         (dynamic, dyn_kwargs), static = self._split(args, kwargs)
         leaves, treedef = tree_util.tree_flatten((dynamic, dyn_kwargs))
-        avals = tuple(abstract_leaf(x) for x in leaves)
+        avals = tuple(abstract_value(x) for x in leaves)
         on_mesh = spmd.layout(leaves, dynamic, 0, self.in_shardings) if self._maybe_sharded(leaves) else None
         device = on_mesh.device if on_mesh is not None else self._device or _placement(leaves)
         key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device)
         lowered = self._cache.get(key)
         if lowered is None:
-            static_pos, static_kw = dict(s for s in static if isinstance(s[0], int)), dict(
-                s for s in static if isinstance(s[0], str))
-
-            def flat_fun(dyn, kw):
-                it = iter(dyn)
-                full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
-                return self.fun(*full, **kw, **static_kw)
-            with default_device(device):  # traced for, compiled for and run on the arguments' device
-                traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
-                               kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
+            flat_fun = self._with_static(static)
+            static_pos = {i for i, _ in static if isinstance(i, int)}
+            seen, callbacks.jit_tracing = callbacks.met, callbacks.jit_tracing + 1
+            try:
+                with default_device(device):  # traced for, compiled for and run on the arguments' device
+                    traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
+                                   kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
+            finally:
+                callbacks.jit_tracing -= 1
+            self._traces += 1  # (a trace that raised is not counted: nothing was cached)
+            if callbacks.met != seen:  # a host callback (fnx.debug.print, ...): run this signature op by op
+                self._cache[key] = RUN_EAGERLY
+                return RUN_EAGERLY, leaves
             nargs = len(dynamic) + len(static_pos)
             static_numbers = self._static_numbers(nargs)
             donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
@@ -256,25 +388,54 @@ class Jitted:
         return lowered, leaves
 
     def __call__(self, *args, **kwargs) -> Any:
-        if state.depth:  # inside another trace: inline, as JAX does for nested jit
+        if state.depth or jit_state.disabled:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
         if not kwargs and self._flat_ok and (key := _flat_key(args)) is not None:
             # the common case, kept lean: flat positional arrays need no tree flattening
             lowered = self._fast.get(key)
             if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
+            if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
             if lowered.fast is not None and (out := lowered.fast(args)) is not None:
                 (shape, weak), = lowered.out_avals
                 return Array.from_buffer(out, shape, weak)
             return _run(lowered, args)
         lowered, leaves = self._lower(args, kwargs)
+        if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
         return _run(lowered, leaves)
 
+    def _with_static(self, static: tuple) -> Callable:
+        """The function of (dynamic args, dynamic kwargs) that calls `fun` with the `static` values put back."""
+        static_pos = dict(s for s in static if isinstance(s[0], int))
+        static_kw = dict(s for s in static if isinstance(s[0], str))
+
+        def flat_fun(dyn, kw):
+            it = iter(dyn)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
+            return self.fun(*full, **kw, **static_kw)
+        return flat_fun
+
+    def _run_eagerly(self, args: tuple, kwargs: dict) -> Any:
+        """Run the function op by op (its trace met a host callback, which has no compiled form in fnx); the dynamic
+        arguments become Arrays first, as a compiled call sees them."""
+        dynamic, static = self._split(args, kwargs)
+        dynamic = tree_util.tree_map(to_array, dynamic)
+        with disable_jit(), (default_device(self._device) if self._device else contextlib.nullcontext()):
+            return self._with_static(static)(*dynamic)
+
     def lower(self, *args, **kwargs) -> Lowered:
-        return self._lower(args, kwargs)[0]
+        """The traced and compiled function for these arguments (arrays, or ShapeDtypeStructs standing for them)."""
+        lowered = self._lower(args, kwargs)[0]
+        if lowered is RUN_EAGERLY:
+            raise UnsupportedError(at_user_line(
+                f"jit({getattr(self.fun, '__name__', 'f')}).lower: the function calls a host callback "
+                "(fnx.debug.print, fnx.debug.callback or fnx.pure_callback), which fnx runs outside compiled code: "
+                "calls of it run op by op, so there is no single lowered program"))
+        return lowered
 
     def trace_count(self) -> int:
-        """How many distinct signatures were traced (for tests and debugging)."""
-        return len(self._cache)
+        """How many distinct signatures this jitted function traced (for tests and debugging); a signature another
+        `jit` of the same function and options traced first is reused, not counted."""
+        return self._traces
 
 
 def _shardings_in(tree: Any) -> list:
@@ -395,7 +556,8 @@ def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             it = iter(dyn)
             full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
             return fun(*full, **kw)
-        return Graph(trace(flat_fun, (dynamic, dyn_kwargs),
+        avals = [abstract_value(x) for x in tree_util.tree_leaves((dynamic, dyn_kwargs))]
+        return Graph(trace(flat_fun, (dynamic, dyn_kwargs), avals=avals,
                            kind=f"make_graph of {getattr(fun, '__name__', 'a function')}"))
     return graph
 

@@ -138,7 +138,9 @@ def _rounded(value: float, dtype) -> np.ndarray:
 def _primitives(x, y):
     """Every elementwise primitive that applies to the dtype of x and y, and every cast and bitcast of x."""
     dt = fnx.dtypes.to_dtype(x.dtype)
-    out = [lax.add(x, y), lax.mul(x, y), lax.max(x, y), lax.lt(x, y), lax.ne(x, y), lax.select(x == y, x, y)]
+    # (fnx.numpy's forms: they reach ADD, MUL, MAX on bool too, which jax.lax's strict dtype rules refuse)
+    out = [jnp.add(x, y), jnp.multiply(x, y), jnp.maximum(x, y), jnp.less(x, y), jnp.not_equal(x, y),
+           jnp.where(x == y, x, y)]
     if not dt.is_float: out += [x & y, x | y, x ^ y]
     if dt.is_int: out += [lax.shift_left(x, y), lax.shift_right(x, y), lax.div(x, y), lax.rem(x, y)]
     if dt.is_float:

@@ -57,7 +57,7 @@ def test_jit_accepts_fnx_arrays_and_lazy_values(device):
 # ---- the trace cache ----
 
 def test_same_avals_reuse_the_trace(device):
-    jitted = fnx.jit(f_math)
+    jitted = fnx.jit(lambda x, y: f_math(x, y))  # (a new function: f_math's traces are shared by every jit of it)
     x, y = arrays((2, 3))
     jitted(x, y)
     jitted(*arrays((2, 3), seed=5))

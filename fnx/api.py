@@ -1,0 +1,211 @@
+"""Top-level functions of the JAX API that have no better home: shapes without computing (eval_shape, typeof,
+make_jaxpr), values to the host (device_get), host callbacks (pure_callback), and the small context managers and
+switches users reach for (clear_caches, default_backend, named_scope, named_call).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fnx import dtypes, tree_util
+from fnx.backends.device import _executables, platform_of
+from fnx.debug.callbacks import host_arguments, run_on_host
+from fnx.errors import UnsupportedError, at_user_line
+from fnx.trace import Array, Traced, as_array, state, trace
+from fnx.transforms.grad import jacrev
+from fnx.transforms.jit import Graph, ShapeDtypeStruct, abstract_value, clear_trace_caches, make_graph
+from fnx.uop import UOp
+
+__all__ = ["ShapedArray", "clear_caches", "default_backend", "device_get", "eval_shape", "jacobian", "make_jaxpr",
+           "named_call", "named_scope", "pure_callback", "typeof"]
+
+jacobian = jacrev  # jax.jacobian is reverse mode
+
+
+def _out_shapes(traced: Traced) -> Any:
+    """The outputs of a traced function as a pytree of ShapeDtypeStructs."""
+    structs = [ShapeDtypeStruct(u.shape, u.dtype, weak_type=weak) for u, weak in zip(traced.body.src, traced.out_weak)]
+    return tree_util.tree_unflatten(traced.out_tree, structs)
+
+
+def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The shapes and dtypes of `fun(*args, **kwargs)`, found by tracing it: no kernel runs and no memory for the
+    results is allocated.
+
+    Args:
+      fun: a function of pytrees of arrays.
+      *args, **kwargs: arrays, numpy values, Python scalars, or ShapeDtypeStructs standing for arrays.
+
+    Returns:
+      A pytree of ShapeDtypeStruct with the structure of the result.
+
+    Example:
+      >>> fnx.eval_shape(lambda x: x @ x.T, fnx.ShapeDtypeStruct((1000, 3), jnp.float32))
+      ShapeDtypeStruct(shape=(1000, 1000), dtype=float32)
+    """
+    avals = [abstract_value(x) for x in tree_util.tree_leaves((args, kwargs))]
+    traced = trace(lambda a, kw: fun(*a, **kw), (args, kwargs), avals=avals,
+                   kind=f"eval_shape of {getattr(fun, '__name__', 'a function')}")
+    return _out_shapes(traced)
+
+
+def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (), axis_env: Any = None,
+               return_shape: bool = False, abstracted_axes: Any = None) -> Callable:
+    """`make_jaxpr(f)(*args)`: the traced function of `f`, printable, as jax.make_jaxpr (fnx's form of it is
+    fnx.make_graph; the text is fnx's graph, not a jaxpr).
+
+    Args:
+      fun: the function to trace.
+      static_argnums: positional arguments that are compile-time constants.
+      return_shape: also return the outputs' ShapeDtypeStructs, as `(graph, shapes)`.
+      axis_env, abstracted_axes: only None (UnsupportedError otherwise).
+
+    Example:
+      >>> print(fnx.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0))
+    """
+    if axis_env is not None or abstracted_axes is not None:
+        raise UnsupportedError(at_user_line("make_jaxpr: axis_env and abstracted_axes are not supported (only None)"))
+    graph_of = make_graph(fun, static_argnums)
+    if not return_shape: return graph_of
+
+    @functools.wraps(fun)
+    def graph_and_shapes(*args: Any, **kwargs: Any) -> tuple[Graph, Any]:
+        graph = graph_of(*args, **kwargs)
+        return graph, _out_shapes(graph.traced)
+    return graph_and_shapes
+
+
+@dataclass(frozen=True)
+class ShapedArray:
+    """The abstract type of an array, as `jax.typeof` gives it: shape, dtype and weak type (no values)."""
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    weak_type: bool = False
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape)))
+
+    def __str__(self) -> str:
+        return f"{'~' if self.weak_type else ''}{self._type_str()}"  # JAX marks weak types with ~
+
+    def _type_str(self) -> str:
+        return f"{self.dtype.name}[{','.join(map(str, self.shape))}]"
+
+    def __repr__(self) -> str:
+        return f"ShapedArray({self._type_str()}{', weak_type=True' if self.weak_type else ''})"
+
+
+def typeof(x: Any) -> ShapedArray:
+    """The abstract type of `x` (an Array, also a traced one; a numpy value; a Python scalar).
+
+    Example:
+      >>> fnx.typeof(jnp.ones(3))
+      ShapedArray(float32[3])
+    """
+    shape, dtype, weak = abstract_value(x)
+    return ShapedArray(shape, np.dtype(dtype.np), weak)
+
+
+def device_get(x: Any) -> Any:
+    """The pytree `x` with every Array replaced by a numpy array holding its value (waits for pending work); other
+    leaves are returned as they are.
+
+    Example:
+      >>> fnx.device_get({'w': jnp.ones(2), 'step': 3})
+      {'step': 3, 'w': array([1., 1.], dtype=float32)}
+    """
+    return tree_util.tree_map(lambda leaf: np.array(leaf) if isinstance(leaf, Array) else leaf, x)
+
+
+_VMAP_METHODS = (None, "sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")
+
+
+def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any, *args: Any, sharding: Any = None,
+                  vmap_method: str | None = None, **kwargs: Any) -> Any:
+    """Call the Python function `callback` on the values of `args` and use its result as arrays, as
+    jax.pure_callback; it must be pure (same inputs, same outputs, no side effects that matter).
+
+    Runs eagerly, and under jit by running the jitted function op by op (fnx has no compiled callback); under vmap
+    it raises UnsupportedError, and under grad/jvp of an input it depends on ValueError, as JAX (use custom_jvp or
+    custom_vjp).
+
+    Args:
+      callback: called with the arguments' pytrees, each array leaf a concrete fnx Array.
+      result_shape_dtypes: a pytree of ShapeDtypeStruct (or anything with .shape and .dtype) describing the result;
+        the result is converted to these dtypes.
+      *args, **kwargs: pytrees of arrays passed to `callback`.
+      sharding: accepted for JAX compatibility (ignored: the result is on the default device).
+      vmap_method: one of JAX's names (checked; vmap is not supported).
+
+    Returns:
+      A pytree of Arrays with the structure, shapes and dtypes of `result_shape_dtypes`.
+
+    Raises:
+      RuntimeError: if the callback's result has another structure or shape than declared.
+
+    Example:
+      >>> fnx.jit(lambda x: fnx.pure_callback(np.sin, fnx.ShapeDtypeStruct(x.shape, x.dtype), x))(jnp.ones(2))
+    """
+    del sharding
+    if vmap_method not in _VMAP_METHODS:
+        raise ValueError(at_user_line(f"pure_callback: vmap_method must be one of {_VMAP_METHODS}, got "
+                                      f"{vmap_method!r}"))
+    specs, out_tree = tree_util.tree_flatten(result_shape_dtypes)
+    specs = [ShapeDtypeStruct(s.shape, s.dtype) for s in specs]
+    name = f"fnx.pure_callback({getattr(callback, '__name__', 'callback')})"
+
+    def call() -> Any:
+        result = callback(*host_arguments(args), **host_arguments(kwargs))
+        values, tree = tree_util.tree_flatten(result)
+        if tree != out_tree:
+            raise RuntimeError(at_user_line(f"{name}: the callback returned a result of structure {tree}, but "
+                                            f"result_shape_dtypes declares {out_tree}"))
+        arrays = []
+        for i, (value, spec) in enumerate(zip(values, specs)):
+            value = np.asarray(value)
+            if value.shape != spec.shape:
+                raise RuntimeError(at_user_line(f"{name}: result leaf {i} has shape {value.shape}, but "
+                                                f"result_shape_dtypes declares {spec}"))
+            arrays.append(as_array(value.astype(spec.dtype, copy=False)))
+        return tree_util.tree_unflatten(out_tree, arrays)
+
+    def placeholder() -> Any:
+        return tree_util.tree_unflatten(out_tree, [Array(UOp.const(dtypes.to_dtype(s.dtype), 0, s.shape))
+                                                   for s in specs])
+    return run_on_host(name, call, placeholder, (args, kwargs), differentiable=False)
+
+
+def clear_caches() -> None:
+    """Forget every traced and compiled program (jit's traces, the compiled executables), as jax.clear_caches; the
+    next calls trace and compile again. The on-disk compile cache (FNX_CACHE_DIR) is kept."""
+    clear_trace_caches()
+    with _executables.lock:  # the device layer's LRU of compiled FUNCTIONs has no clear(): empty it here
+        _executables.entries.clear()
+
+
+def default_backend() -> str:
+    """The platform of the default device: 'cpu', 'cuda', 'opencl' or 'interp' (fnx's platform names, which
+    fnx.devices(...) takes; JAX says 'gpu' for CUDA devices)."""
+    return platform_of(state.default_device)
+
+
+@contextlib.contextmanager
+def named_scope(name: str):
+    """Accepted for JAX compatibility: JAX names the ops built inside for profiles; fnx's graphs carry no names.
+
+    Raises:
+      TypeError: if `name` is not a string, as in JAX.
+    """
+    if not isinstance(name, str):
+        raise TypeError(at_user_line(f"named_scope name argument must be a string, got {name!r}"))
+    yield
+
+
+def named_call(fun: Callable, *, name: str | None = None) -> Callable:
+    """Accepted for JAX compatibility: returns `fun` (JAX names its ops in profiles; fnx's graphs carry no names)."""
+    del name
+    return fun
