@@ -212,46 +212,37 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of `fun` by reverse mode: one pullback per output element.
+    """The Jacobian of `fun` by reverse mode: one vjp, its pullback mapped over every output basis vector at once
+    (vmap over the identity), as JAX does.
 
     For outputs of shape S and an input of shape T the result has shape S + T (pytrees: nested like JAX).
     Integer inputs raise TypeError, as in JAX.
     """
+    from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
+
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacrev")
-
-        result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
+        diff = tuple(tree_util.tree_map(jnp.asarray, args[n]) for n in nums)
+        result = vjp(partial(fun, args, kwargs, nums), *diff, has_aux=has_aux)
         out, pullback = result[0], result[1]
         out_leaves, out_tree = tree_util.tree_flatten(out)
-        in_leaves, in_tree = tree_util.tree_flatten(tuple(args[n] for n in nums))
-        rows_per_out = []
-        for i, o in enumerate(out_leaves):
-            size, rows = int(math.prod(np.shape(o))), []
-            for k in range(size):
-                basis = [lax.full(np.shape(v), 0, dtypes.to_dtype(v.dtype)) for v in out_leaves]
-                basis[i] = _one_hot_flat(np.shape(o), dtypes.to_dtype(o.dtype), k)
-                rows.append(tree_util.tree_leaves(pullback(tree_util.tree_unflatten(out_tree, basis))))
-            rows_per_out.append(_stack_rows(rows, np.shape(o), in_leaves))
-        jac = [tree_util.tree_unflatten(in_tree, r) for r in rows_per_out]
-        jac = [j[0] if isinstance(argnums, int) else j for j in jac]
+        shapes = [tuple(np.shape(o)) for o in out_leaves]
+        sizes = [int(math.prod(shape)) for shape in shapes]
+        bounds = np.cumsum([0] + sizes)
+        eye = np.eye(int(bounds[-1]))
+        basis = [jnp.asarray(eye[lo:hi].reshape(shape + (int(bounds[-1]),)), dtype=o.dtype)
+                 for lo, hi, shape, o in zip(bounds[:-1], bounds[1:], shapes, out_leaves)]
+        rows = vmap(lambda *cotangents: pullback(tree_util.tree_unflatten(out_tree, list(cotangents))),
+                    in_axes=-1, out_axes=0)(*basis)  # (total, in_shape) per input leaf
+        in_leaves, in_tree = tree_util.tree_flatten(tuple(rows))
+        jac = []
+        for lo, hi, shape in zip(bounds[:-1], bounds[1:], shapes):
+            blocks = [jnp.reshape(r[lo:hi], shape + tuple(r.shape[1:])) for r in in_leaves]
+            tree = tree_util.tree_unflatten(in_tree, blocks)
+            jac.append(tree[0] if isinstance(argnums, int) else tree)
         jac = tree_util.tree_unflatten(out_tree, jac)
         return (jac, result[2]) if has_aux else jac
     return wrapped
-
-
-def _one_hot_flat(shape: tuple, dtype, k: int) -> Array:
-    return jnp.reshape(jnp.arange(int(math.prod(shape))) == k, shape).astype(dtype.np)
-
-
-def _stack_rows(rows: list[list[Array]], out_shape: tuple, in_leaves: list) -> list[Array]:
-    """Per input leaf, the Jacobian block of shape out_shape + in_shape from per-output-element rows."""
-    blocks = []
-    for j, leaf in enumerate(in_leaves):
-        in_shape = tuple(np.shape(leaf))
-        parts = [r[j] for r in rows]
-        stacked = jnp.stack(parts) if parts else jnp.zeros((0,) + in_shape)
-        blocks.append(jnp.reshape(stacked, tuple(out_shape) + in_shape))
-    return blocks
 
 
 # ---- helpers for the rules ----

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import fnx.numpy as jnp
-from fnx import dtypes, lax, tree_util
+from fnx import lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.rewrite import substitute
 from fnx.trace import Array, building, inline, trace
@@ -113,37 +113,35 @@ def linearize(fun: Callable, *primals: Any) -> tuple:
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian of `fun` by forward mode: one jvp per input element; shape out_shape + in_shape.
-    Integer inputs raise TypeError, as in JAX."""
+    """The Jacobian of `fun` by forward mode: the jvp pushed along every input basis vector at once (vmap over the
+    identity), as JAX does; shape out_shape + in_shape (pytrees nested like JAX). Integer inputs raise TypeError,
+    as in JAX."""
+    from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
+
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacfwd")
-        diff = [args[n] for n in nums]
-
+        diff = tuple(tree_util.tree_map(jnp.asarray, args[n]) for n in nums)
         partial_fun = partial(fun, args, kwargs, nums)
-        in_leaves, in_tree = tree_util.tree_flatten(tuple(diff))
-        columns: list[list[Array]] = []  # per input leaf: the tangent outputs for each basis vector
-        aux = None
-        for j, leaf in enumerate(in_leaves):
-            shape, dt = tuple(np.shape(leaf)), dtypes.to_dtype(leaf.dtype)
-            cols = []
-            for k in range(int(math.prod(shape))):
-                basis = [lax.full(np.shape(v), 0, dtypes.to_dtype(v.dtype)) for v in in_leaves]
-                basis[j] = jnp.reshape(jnp.arange(int(math.prod(shape))) == k, shape).astype(dt.np)
-                res = jvp(partial_fun, tuple(diff), tuple(tree_util.tree_unflatten(in_tree, basis)), has_aux=has_aux)
-                out_tree = tree_util.tree_structure(res[0])
-                aux = res[2] if has_aux else None
-                cols.append(tree_util.tree_leaves(res[1]))
-            columns.append((shape, cols))
-        out_example = tree_util.tree_leaves(res[0])
+        in_leaves, in_tree = tree_util.tree_flatten(diff)
+        shapes = [tuple(leaf.shape) for leaf in in_leaves]
+        sizes = [int(math.prod(shape)) for shape in shapes]
+        total = sum(sizes)
+        bounds = np.cumsum([0] + sizes)
+        eye = np.eye(total)
+        basis = [jnp.asarray(eye[:, lo:hi].reshape((total,) + shape), dtype=leaf.dtype)
+                 for lo, hi, shape, leaf in zip(bounds[:-1], bounds[1:], shapes, in_leaves)]
+
+        def push(*tangents):
+            res = jvp(partial_fun, diff, tuple(tree_util.tree_unflatten(in_tree, list(tangents))), has_aux=has_aux)
+            return (res[0], res[1], res[2]) if has_aux else (res[0], res[1], None)
+        out, tangents, aux = vmap(push, out_axes=(None, -1, None))(*basis)
         per_out = []
-        for i, o in enumerate(out_example):
-            blocks = []
-            for shape, cols in columns:
-                stacked = jnp.stack([c[i] for c in cols], axis=-1) if cols else jnp.zeros(np.shape(o) + (0,))
-                blocks.append(jnp.reshape(stacked, tuple(np.shape(o)) + shape))
+        for tangent in tree_util.tree_leaves(tangents):  # (..., total) -> one block per input leaf
+            blocks = [jnp.reshape(tangent[..., lo:hi], tuple(tangent.shape[:-1]) + shape)
+                      for lo, hi, shape in zip(bounds[:-1], bounds[1:], shapes)]
             tree = tree_util.tree_unflatten(in_tree, blocks)
             per_out.append(tree[0] if isinstance(argnums, int) else tree)
-        jac = tree_util.tree_unflatten(out_tree, per_out)
+        jac = tree_util.tree_unflatten(tree_util.tree_structure(out), per_out)
         return (jac, aux) if has_aux else jac
     return wrapped
 

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import fnx
 import fnx.numpy as jnp
-from fnx import lax
+from fnx import lax, tree_util
 from fnx.errors import ConcretizationError
 from fnx.transforms.grad import vjp_rules
 from fnx.transforms.jvp import jvp_rules
@@ -348,3 +348,22 @@ def test_grad_of_a_polynomial_at_random_points(values):
     x = np.array(values)
     g = fnx.grad(lambda x: (x ** 3 - 2 * x * x + x).sum())(x)
     np.testing.assert_allclose(np.asarray(g), 3 * x ** 2 - 4 * x + 1, rtol=1e-12, atol=1e-12)
+
+
+def test_jacobians_of_python_scalars_and_mixed_pytrees_match_jax():
+    jax = pytest.importorskip("jax")
+    assert float(fnx.jacfwd(lambda x: x ** 3)(2.0)) == 12.0 and float(fnx.jacrev(lambda x: x ** 3)(2.0)) == 12.0
+    params = {"a": np.arange(3.0, dtype=np.float32), "b": np.ones((2, 2), np.float32)}
+
+    def f(np_):
+        return lambda p: {"o": np_.sin(p["a"]).sum() * p["b"], "q": (p["a"] * 2, p["b"].T @ p["b"])}
+    for ours_fn, theirs_fn in ((fnx.jacfwd, jax.jacfwd), (fnx.jacrev, jax.jacrev), (fnx.hessian, jax.hessian)):
+        if ours_fn is fnx.hessian:
+            ours, theirs = ours_fn(lambda p: (f(jnp)(p)["o"] ** 2).sum())(params), theirs_fn(
+                lambda p: (f(jax.numpy)(p)["o"] ** 2).sum())(params)
+        else:
+            ours, theirs = ours_fn(f(jnp))(params), theirs_fn(f(jax.numpy))(params)
+        assert tree_util.tree_structure(ours) == tree_util.tree_structure(
+            jax.tree_util.tree_map(np.asarray, theirs))
+        for a, b in zip(tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
