@@ -17,7 +17,7 @@ from fnx.sharding.distributed import make_array_from_callback, process_count, pr
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import lax_ops, lax_conv, lax_sort  # noqa: E402,F401  (join fnx.lax: see lax._extend)
 from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E402,F401  (join fnx.numpy)
-from fnx import scipy  # noqa: E402
+from fnx import scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
 from fnx.api import (ShapedArray, clear_caches, default_backend, device_get, eval_shape, jacobian,  # noqa: E402
@@ -27,13 +27,13 @@ from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the in
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
 from fnx.backends import cuda as _cuda  # noqa: E402,F401  (registers cuda: GPUs, or one compile-only device with NVRTC)
 
-__all__ = ["Array", "ShapeDtypeStruct", "ShapedArray", "block_until_ready", "checkpoint", "clear_caches",
-           "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device", "device_count", "device_get",
-           "device_put", "devices", "disable_jit", "distributed", "dtypes", "errors", "eval_shape", "grad", "hessian",
-           "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count",
-           "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call",
-           "named_scope", "nn", "numpy", "optim", "process_count", "process_index", "pure_callback", "random", "remat",
-           "save", "scipy", "shard_map", "sharding", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
+__all__ = ["Array", "ShapeDtypeStruct", "ShapedArray", "block_until_ready", "checkpoint", "clear_caches", "custom_jvp",
+           "custom_vjp", "debug", "default_backend", "default_device", "device_count", "device_get", "device_put",
+           "devices", "disable_jit", "distributed", "dtypes", "errors", "eval_shape", "grad", "hessian", "jacfwd",
+           "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count", "local_devices",
+           "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call", "named_scope", "nn",
+           "numpy", "optim", "process_count", "process_index", "pure_callback", "random", "remat", "save", "scipy",
+           "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
 
 
 def block_until_ready(x):
