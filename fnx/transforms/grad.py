@@ -167,16 +167,29 @@ def _split_aux(out_tree) -> tuple:
     return children[0], children[1], children[0].num_leaves
 
 
-def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def unsupported_options(name: str, holomorphic: bool, allow_int: bool) -> None:
+    """JAX's grad/jacobian options fnx cannot honour yet, refused with the reason (False is JAX's default)."""
+    if holomorphic:
+        raise NotImplementedError(f"{name}(holomorphic=True): fnx has no complex numbers yet")
+    if allow_int:
+        raise NotImplementedError(f"{name}(allow_int=True): fnx has no float0 dtype for integer inputs' gradients "
+                                  "yet; exclude integer arguments with argnums")
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False, reduce_axes: Sequence = ()) -> Callable:
     """A function returning `(fun(*args), gradient of fun with respect to args[argnums])`.
 
     `fun` must return a scalar float (or `(scalar, aux)` with `has_aux`). With a tuple `argnums` the gradient is
-    a tuple. Integer inputs raise TypeError, as in JAX.
+    a tuple. Integer inputs raise TypeError, as in JAX. `holomorphic` and `allow_int` must be False (JAX's default;
+    True is a NotImplementedError saying why).
 
     Example:
       >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
       (Array(5., dtype=float32), Array([0., 2., 4.], dtype=float32))
     """
+    unsupported_options("grad", holomorphic, allow_int)
+
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "grad")
 
@@ -196,14 +209,15 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     return wrapped
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False,
+         allow_int: bool = False, reduce_axes: Sequence = ()) -> Callable:
     """The gradient of a scalar-valued `fun` with respect to `args[argnums]` (see `value_and_grad`).
 
     Example:
       >>> fnx.grad(jnp.sin)(0.0)
       Array(1., dtype=float32)
     """
-    vg = value_and_grad(fun, argnums, has_aux)
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     def wrapped(*args, **kwargs):
         (value, grads) = vg(*args, **kwargs)
@@ -211,7 +225,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
     return wrapped
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False,
+           allow_int: bool = False) -> Callable:
     """The Jacobian of `fun` by reverse mode: one vjp, its pullback mapped over every output basis vector at once
     (vmap over the identity), as JAX does.
 
@@ -219,6 +234,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     Integer inputs raise TypeError, as in JAX.
     """
     from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
+    unsupported_options("jacrev", holomorphic, allow_int)
 
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacrev")

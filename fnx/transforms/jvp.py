@@ -26,7 +26,7 @@ from fnx.trace import Array, building, inline, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
-from fnx.transforms.grad import jacrev
+from fnx.transforms.grad import jacrev, unsupported_options
 from fnx.transforms.shard_map import shard_map_jvp
 from fnx.uop import Ops, UOp
 
@@ -112,11 +112,13 @@ def linearize(fun: Callable, *primals: Any) -> tuple:
     return out, f_jvp
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False
+           ) -> Callable:
     """The Jacobian of `fun` by forward mode: the jvp pushed along every input basis vector at once (vmap over the
     identity), as JAX does; shape out_shape + in_shape (pytrees nested like JAX). Integer inputs raise TypeError,
     as in JAX."""
     from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
+    unsupported_options("jacfwd", holomorphic, False)
 
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacfwd")
@@ -146,9 +148,10 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     return wrapped
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False
+            ) -> Callable:
     """The Hessian of a scalar `fun`: jacfwd of jacrev."""
-    return jacfwd(jacrev(fun, argnums), argnums)
+    return jacfwd(jacrev(fun, argnums, has_aux, holomorphic), argnums, has_aux, holomorphic)
 
 
 # ---- helpers for the rules ----

@@ -367,3 +367,17 @@ def test_jacobians_of_python_scalars_and_mixed_pytrees_match_jax():
             jax.tree_util.tree_map(np.asarray, theirs))
         for a, b in zip(tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_jax_options_of_grad_and_jacobians():
+    jax = pytest.importorskip("jax")
+    f = lambda x: ((x ** 3).sum(), x * 2)  # noqa: E731
+    ours, theirs = fnx.hessian(f, has_aux=True)(np.arange(3.0)), jax.hessian(f, has_aux=True)(np.arange(3.0))
+    np.testing.assert_allclose(np.asarray(ours[0]), np.asarray(theirs[0]))
+    np.testing.assert_allclose(np.asarray(ours[1]), np.asarray(theirs[1]))
+    assert float(fnx.grad(lambda x: x ** 2, holomorphic=False, allow_int=False)(3.0)) == 6.0
+    for transform in (fnx.grad, fnx.value_and_grad, fnx.jacrev, fnx.jacfwd, fnx.hessian):
+        with pytest.raises(NotImplementedError, match="holomorphic=True.*complex"):
+            transform(jnp.sin, holomorphic=True)
+    with pytest.raises(NotImplementedError, match="allow_int=True"):
+        fnx.grad(jnp.sin, allow_int=True)
