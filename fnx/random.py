@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,9 +44,14 @@ from fnx import numpy as jnp
 from fnx.dtypes import DType
 from fnx.errors import at_user_line
 from fnx.trace import Array, Traced, eager_op, inline, state, trace
+from fnx.transforms.custom import custom_jvp  # gamma's derivative in alpha (implicit reparameterization)
 
 __all__ = ["PRNGKey", "key", "key_data", "wrap_key_data", "threefry_2x32", "split", "fold_in", "bits", "uniform",
-           "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical", "permutation", "choice"]
+           "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical", "permutation", "choice",
+           "ball", "beta", "binomial", "cauchy", "chisquare", "clone", "dirichlet", "double_sided_maxwell",
+           "exponential", "f", "gamma", "generalized_normal", "geometric", "key_impl", "laplace", "loggamma",
+           "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal", "orthogonal", "pareto",
+           "poisson", "rademacher", "rayleigh", "t", "triangular", "wald", "weibull_min"]
 
 Shape = Sequence[int]
 
@@ -861,6 +867,806 @@ def choice(key: Any, a: int | Any, shape: Shape = (), replace: bool = True, p: A
             ind = lax.reshape(lax.slice(_stable_argsort(lax.neg(noisy), 0), (0,), (draws,)), shape)
     if arr.ndim == 0: return ind
     return jnp.take(arr, ind, axis=axis)
+
+
+# ---- more distributions: transforms of uniform and normal bits, gamma-based and rejection samplers ----
+
+# Cephes expf: exp(x) = 2^n exp(r), n = floor(x log2(e) + 1/2), r = x - n ln2 in two fused steps, exp(r) polynomial
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_HI = _f32(0x42B17218)  # 88.72284: above it exp overflows
+_EXP_LO = -88.3762626647949
+
+
+def _exp(x: Array) -> Array:
+    """jnp.exp as XLA:CPU computes it for float32 (float64: fnx's exp; 16-bit floats go through float32).
+
+    XLA clamps n to 127 (so exp(88.6) takes r above ln2 / 2) and flushes results below FLT_MIN to zero.
+    """
+    d = x.uop.dtype
+    if d == dtypes.float64: return jnp.exp(x)
+    if d != dtypes.float32: return lax.convert_element_type(_exp(lax.convert_element_type(x, dtypes.float32)), d)
+    clamped = jnp.clip(x, _EXP_LO, _EXP_HI)
+    n = jnp.clip(lax.floor(_fma(clamped, 1.44269504088896341, 0.5)), -126.0, 127.0)
+    r = _fma(n, 2.12194440e-4, _fma(n, -0.693359375, clamped))
+    y = lax.add(_fma(_horner(r, _EXP_P), lax.mul(r, r), r), 1.0)
+    exponent = lax.shift_left(lax.add(lax.convert_element_type(n, dtypes.int32), np.int32(127)), np.int32(23))
+    out = lax.mul(y, lax.bitcast_convert_type(exponent, dtypes.float32))
+    out = _select(lax.lt(out, _f32(0x00800000)), 0.0, out, x)  # XLA:CPU runs with denormals flushed to zero
+    out = _select(lax.lt(_EXP_HI, x), math.inf, out, x)
+    return _select(lax.ne(x, x), x, out, x)
+
+
+def _split_keys(key: Array, num: int) -> list[Array]:
+    keys = split(key, num)
+    return [lax.reshape(lax.slice(keys, (i, 0), (i + 1, 2)), (2,)) for i in range(num)]
+
+
+def _float_param(value: Any, dt: DType) -> Array:
+    return lax.convert_element_type(lax.to_array(value), dt)
+
+
+def _sample_shape(name: str, shape: Shape | None, *params: Array) -> tuple[int, ...]:
+    """`shape`, or the broadcast parameter shapes when it is None; the parameters must broadcast to it (JAX)."""
+    shapes = [p.shape for p in params]
+    if shape is None: return jnp.broadcast_shapes(*shapes) if shapes else ()
+    shape = _shape(shape, name)
+    try:
+        _check_shape(name, shape, *shapes)
+    except TypeError as error:  # JAX raises ValueError for parameters that do not broadcast to the shape
+        raise ValueError(str(error)) from None
+    return shape
+
+
+def _int_dtype(dtype: Any, name: str) -> DType:
+    dt = dtypes.int32 if dtype is None else dtypes.to_dtype(dtype)
+    if not dt.is_int:
+        raise ValueError(at_user_line(f"{name}: dtype must be an integer dtype, got {dt}"))
+    return dt
+
+
+@eager_op
+def clone(key: Any) -> Array:
+    """A copy of `key` (JAX's key-reuse checker treats it as fresh; fnx keys are plain data, so this is the key)."""
+    return _key_array(key, "clone", batched=True)
+
+
+def key_impl(keys: Any) -> str:
+    """The name of the PRNG implementation behind `keys`: always 'threefry2x32' in fnx."""
+    _key_array(keys, "key_impl", batched=True)
+    return "threefry2x32"
+
+
+def _exponential(key: Array, shape: tuple[int, ...], dt: DType) -> Array:
+    return lax.neg(_log1p(lax.neg(_uniform(key, shape, dt, 0.0, 1.0))))  # log of 1 - u in (0, 1]
+
+
+@eager_op
+def exponential(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Standard exponential samples, -log(1 - u).
+
+    Example:
+      >>> e = fnx.random.exponential(fnx.random.PRNGKey(0), (3,))
+    """
+    return _exponential(_key_array(key, "exponential"), _shape(shape, "exponential"),
+                        _float_dtype(dtype, "exponential"))
+
+
+@eager_op
+def laplace(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Standard Laplace samples, sign(u) log(1 - |u|) for u uniform in (-1, 1).
+
+    Example:
+      >>> x = fnx.random.laplace(fnx.random.PRNGKey(0), (3,))
+    """
+    dt = _float_dtype(dtype, "laplace")
+    u = _uniform(_key_array(key, "laplace"), _shape(shape, "laplace"), dt,
+                 -1.0 + float(dtypes.finfo(dt.np).epsneg), 1.0)
+    return lax.mul(lax.sign(u), _log1p(lax.neg(lax.abs(u))))
+
+
+@eager_op
+def logistic(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Standard logistic samples, log(u) - log(1 - u).
+
+    Example:
+      >>> x = fnx.random.logistic(fnx.random.PRNGKey(0), (3,))
+    """
+    dt = _float_dtype(dtype, "logistic")
+    u = _uniform(_key_array(key, "logistic"), _shape(shape, "logistic"), dt, float(dtypes.finfo(dt.np).tiny), 1.0)
+    return lax.sub(_log(u), _log1p(lax.neg(u)))
+
+
+@eager_op
+def cauchy(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Standard Cauchy samples, tan(pi (u - 1/2)).
+
+    fnx's float32 tan is within an ulp of XLA's but not always equal to it, so samples agree with JAX to ~1e-6
+    relative rather than bit for bit.
+
+    Example:
+      >>> x = fnx.random.cauchy(fnx.random.PRNGKey(0), (3,))
+    """
+    dt = _float_dtype(dtype, "cauchy")
+    u = _uniform(_key_array(key, "cauchy"), _shape(shape, "cauchy"), dt, float(dtypes.finfo(dt.np).eps), 1.0)
+    return lax.tan(lax.mul(np.array(np.pi, dt.np), lax.sub(u, 0.5)))
+
+
+def _rademacher(key: Array, shape: tuple[int, ...], dt: DType) -> Array:
+    heads = lax.convert_element_type(jnp.less(_uniform(key, shape, dtypes.float32, 0.0, 1.0), 0.5), dt)
+    return lax.sub(lax.mul(heads, dt.np.type(2)), dt.np.type(1))
+
+
+@eager_op
+def rademacher(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Random signs: -1 or +1 with equal probability, as `dtype` (default int32).
+
+    Example:
+      >>> fnx.random.rademacher(fnx.random.PRNGKey(0), (4,))
+    """
+    dt = dtypes.int32 if dtype is None else dtypes.to_dtype(dtype)
+    return _rademacher(_key_array(key, "rademacher"), _shape(shape, "rademacher"), dt)
+
+
+def _maxwell(key: Array, shape: tuple[int, ...], dt: DType) -> Array:
+    xyz = _normal(key, shape + (3,), dt)
+    return lax.sqrt(jnp.sum(lax.mul(xyz, xyz), axis=-1))
+
+
+@eager_op
+def maxwell(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Maxwell samples: the length of a standard normal 3-vector.
+
+    Example:
+      >>> x = fnx.random.maxwell(fnx.random.PRNGKey(0), (3,))
+    """
+    return _maxwell(_key_array(key, "maxwell"), _shape(shape, "maxwell"), _float_dtype(dtype, "maxwell"))
+
+
+@eager_op
+def double_sided_maxwell(key: Any, loc: Any, scale: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Double-sided Maxwell samples, sign * maxwell * scale + loc.
+
+    As in JAX, the result shape is `shape + broadcast(loc, scale).shape`, where an empty `shape` first becomes the
+    parameter shape (so array parameters of shape p with shape=() give samples of shape p + p).
+
+    Example:
+      >>> x = fnx.random.double_sided_maxwell(fnx.random.PRNGKey(0), 0.0, 1.0, (3,))
+    """
+    dt = _float_dtype(dtype, "double_sided_maxwell")
+    k = _key_array(key, "double_sided_maxwell")
+    loc, scale = lax.to_array(loc), lax.to_array(scale)
+    param_shape = jnp.broadcast_shapes(loc.shape, scale.shape)
+    shape = (_shape(shape, "double_sided_maxwell") or param_shape) + param_shape
+    maxwell_key, sign_key = _split_keys(k, 2)
+    signed = lax.mul(_rademacher(sign_key, shape, dt), _maxwell(maxwell_key, shape, dt))
+    if signed.uop.dtype == dtypes.float32 and jnp.result_type(signed, scale, loc) == np.float32:
+        fit = lambda v: jnp.broadcast_to(lax.convert_element_type(v, dtypes.float32), shape)  # noqa: E731
+        return _fma(signed, fit(scale), fit(loc))  # XLA contracts the multiply-add
+    return jnp.add(jnp.multiply(signed, scale), loc)
+
+
+@eager_op
+def weibull_min(key: Any, scale: Any, concentration: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Weibull samples by the inverse CDF, (-log(1 - u)) ** (1 / concentration) * scale.
+
+    The result broadcasts `shape` with the parameters' shapes. fnx's float32 power can differ from XLA's by an ulp.
+
+    Example:
+      >>> x = fnx.random.weibull_min(fnx.random.PRNGKey(0), 1.0, 2.0, (3,))
+    """
+    dt = _float_dtype(dtype, "weibull_min")
+    e = _exponential(_key_array(key, "weibull_min"), _shape(shape, "weibull_min"), dt)
+    return jnp.multiply(jnp.power(e, jnp.divide(1.0, concentration)), scale)
+
+
+@eager_op
+def rayleigh(key: Any, scale: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Rayleigh samples, scale * sqrt(-2 log(u)).
+
+    Example:
+      >>> x = fnx.random.rayleigh(fnx.random.PRNGKey(0), 1.0, (3,))
+    """
+    dt = _float_dtype(dtype, "rayleigh")
+    s = _float_param(scale, dt)
+    shape = _sample_shape("rayleigh", shape, s)
+    u = _uniform(_key_array(key, "rayleigh"), shape, dt, 0.0, 1.0)
+    return lax.mul(jnp.broadcast_to(s, shape), lax.sqrt(lax.mul(_log(u), -2.0)))
+
+
+@eager_op
+def pareto(key: Any, b: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Pareto samples with shape parameter `b` (minimum 1), exp(e / b) for e standard exponential.
+
+    Example:
+      >>> x = fnx.random.pareto(fnx.random.PRNGKey(0), 3.0, (3,))
+    """
+    dt = _float_dtype(dtype, "pareto")
+    bb = _float_param(b, dt)
+    shape = _sample_shape("pareto", shape, bb)
+    e = _exponential(_key_array(key, "pareto"), shape, dt)
+    if bb.shape == shape: return _exp(lax.div(e, bb))
+    return _exp(lax.mul(e, jnp.broadcast_to(lax.div(1.0, bb), shape)))  # XLA: A / broadcast(b) -> A * (1 / b)
+
+
+@eager_op
+def lognormal(key: Any, sigma: Any = np.float32(1), shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Log-normal samples, exp(sigma * n) for n standard normal.
+
+    Example:
+      >>> x = fnx.random.lognormal(fnx.random.PRNGKey(0), 0.5, (3,))
+    """
+    dt = _float_dtype(dtype, "lognormal")
+    s = _float_param(sigma, dt)
+    shape = _sample_shape("lognormal", shape, s)
+    if s.shape == shape: return _exp(lax.mul(_normal(_key_array(key, "lognormal"), shape, dt), s))
+    # XLA folds the broadcast scalars of (sqrt(2) * erfinv(u)) * sigma into erfinv(u) * (sqrt(2) * sigma)
+    lowest = -(1.0 - float(dtypes.finfo(dt.np).epsneg))
+    e = _erf_inv(_uniform(_key_array(key, "lognormal"), shape, dt, lowest, 1.0))
+    return _exp(lax.mul(e, jnp.broadcast_to(lax.mul(np.array(math.sqrt(2), dt.np), s), shape)))
+
+
+@eager_op
+def triangular(key: Any, left: Any, mode: Any, right: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Triangular samples on [left, right] peaking at `mode`, by the inverse CDF.
+
+    Example:
+      >>> x = fnx.random.triangular(fnx.random.PRNGKey(0), 0.0, 0.5, 1.0, (3,))
+    """
+    dt = _float_dtype(dtype, "triangular")
+    lo, mo, hi = (_float_param(v, dt) for v in (left, mode, right))
+    shape = _sample_shape("triangular", shape, lo, mo, hi)
+    lo, mo, hi = (jnp.broadcast_to(v, shape) for v in (lo, mo, hi))
+    u = _uniform(_key_array(key, "triangular"), shape, dt, 0.0, 1.0)
+    width = lax.sub(hi, lo)
+    below = lax.add(lo, lax.sqrt(lax.mul(lax.mul(u, width), lax.sub(mo, lo))))
+    above = lax.sub(hi, lax.sqrt(lax.mul(lax.mul(lax.sub(1.0, u), width), lax.sub(hi, mo))))
+    return lax.select(lax.lt(u, lax.div(lax.sub(mo, lo), width)), below, above)
+
+
+@eager_op
+def wald(key: Any, mean: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Wald (inverse Gaussian, unit shape) samples by Michael, Schucany and Haas' transformation of a normal.
+
+    Example:
+      >>> x = fnx.random.wald(fnx.random.PRNGKey(0), 1.0, (3,))
+    """
+    dt = _float_dtype(dtype, "wald")
+    mu = _float_param(mean, dt)
+    shape = _sample_shape("wald", shape, mu)
+    mu = jnp.broadcast_to(mu, shape)
+    normal_key, uniform_key = _split_keys(_key_array(key, "wald"), 2)
+    v = _normal(normal_key, shape, dt)
+    z = _uniform(uniform_key, shape, dt, 0.0, 1.0)
+    y = lax.mul(v, v)
+    mu2 = lax.mul(mu, mu)
+    root = lax.sqrt(_fma(lax.mul(mu, 4.0), y, lax.mul(mu2, lax.mul(y, y))))  # XLA contracts 4 mu y + mu^2 y^2
+    x = _fma(lax.neg(lax.mul(mu, 0.5)), root, _fma(lax.mul(mu2, y), 0.5, mu))
+    return lax.select(lax.le(z, lax.div(mu, lax.add(mu, x))), x, lax.div(mu2, x))
+
+
+@eager_op
+def geometric(key: Any, p: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Geometric samples (trials up to the first success, >= 1), floor(log(u) / log(1 - p)) + 1.
+
+    Example:
+      >>> fnx.random.geometric(fnx.random.PRNGKey(0), 0.3, (4,))
+    """
+    dt = _int_dtype(dtype, "geometric")
+    prob = lax.to_array(p)
+    if not prob.uop.dtype.is_float: prob = lax.convert_element_type(prob, dtypes.float32)
+    shape = _sample_shape("geometric", shape, prob)
+    u = _uniform(_key_array(key, "geometric"), shape, prob.uop.dtype, 0.0, 1.0)
+    log_u = _log(_select(lax.eq(u, 0.0), 1.0, u, u))  # u = 0 counts as 1, as in JAX
+    g = lax.add(lax.floor(lax.div(log_u, jnp.broadcast_to(_log1p(lax.neg(prob)), shape))), 1.0)
+    return lax.convert_element_type(g, dt)
+
+
+# ---- gamma: Marsaglia and Tsang's rejection sampler, vectorized over the batch ----
+
+def _marsaglia_tsang(key: Array, alpha: Array, log_space: bool) -> Array:
+    """Gamma(alpha) samples (their logs if `log_space`) for an array `alpha`, one while_loop for the whole batch.
+
+    Each round proposes x normal, v = (1 + c x)^3 and u uniform for every element and keeps the first accepted
+    d v per element (Marsaglia and Tsang, 2000). alpha < 1 samples Gamma(alpha + 1) and multiplies by
+    u^(1 / alpha) (in log space: adds log(u) / alpha), as JAX does. NaN, negative or infinite alpha stop at once.
+    """
+    dt, shape = alpha.uop.dtype, alpha.shape
+    boost = lax.ge(alpha, 1.0)
+    a = lax.select(boost, alpha, lax.add(alpha, 1.0))
+    d = lax.sub(a, 1.0 / 3.0)
+    c = lax.div(_const(d, 1.0 / 3.0), lax.sqrt(d))
+    invalid = jnp.logical_or(jnp.logical_not(lax.gt(d, 0.0)), jnp.isinf(d))
+    key, boost_key = _split_keys(key, 2)
+
+    def propose(state):
+        key, done, v_out = state
+        key, normal_key, uniform_key = _split_keys(key, 3)
+        x = _normal(normal_key, shape, dt)
+        u = _uniform(uniform_key, shape, dt, 0.0, 1.0)
+        v = lax.add(lax.mul(x, c), 1.0)
+        v3 = lax.mul(lax.mul(v, v), v)
+        x2 = lax.mul(x, x)
+        squeeze = lax.lt(u, lax.sub(1.0, lax.mul(lax.mul(x2, x2), 0.0331)))
+        exact = lax.lt(_log(u), lax.add(lax.mul(x2, 0.5), lax.mul(d, lax.add(lax.sub(1.0, v3), _log(v3)))))
+        accept = jnp.logical_and(lax.gt(v, 0.0), jnp.logical_or(squeeze, exact))
+        fresh = jnp.logical_and(accept, jnp.logical_not(done))
+        return key, jnp.logical_or(done, accept), lax.select(fresh, v3, v_out)
+
+    init = (key, invalid, lax.select(jnp.logical_and(invalid, jnp.logical_not(jnp.isinf(d))), _const(d, math.nan),
+                                     _const(d, 1.0)))  # invalid alpha gives NaN (inf stays inf), as in JAX
+    _, _, v3 = lax.while_loop(lambda s: jnp.any(jnp.logical_not(s[1])), propose, init)
+    u = _uniform(boost_key, shape, dt, 0.0, 1.0)
+    if log_space:
+        log_u = _log1p(lax.neg(u))
+        log_boost = lax.select(jnp.logical_or(boost, lax.eq(log_u, 0.0)), _const(u, 0.0), lax.div(log_u, alpha))
+        return lax.add(lax.add(_log(d), _log(v3)), log_boost)
+    boost_factor = lax.select(boost, _const(u, 1.0), jnp.power(lax.sub(1.0, u), lax.div(1.0, alpha)))
+    return lax.mul(lax.mul(d, v3), boost_factor)
+
+
+def _gamma_dlog_dalpha(alpha: Array, log_x: Array) -> Array:
+    """d log(x) / d alpha for a Gamma(alpha) sample x held at its CDF value (implicit reparameterization).
+
+    dx/dalpha = -(dP(alpha, x)/dalpha) / p(x) for the regularized incomplete gamma P, whose series
+    P = sum_n x^(alpha+n) e^-x / Gamma(alpha+n+1) gives d log x / d alpha = -sum_n s_n (log x - digamma(alpha+n+1))
+    with s_0 = 1/alpha, s_n = s_(n-1) x / (alpha + n). Summed in float64 until the terms stop mattering (past
+    n = x - alpha, where they shrink geometrically); it loses accuracy only for x far in the right tail.
+    """
+    a = lax.convert_element_type(alpha, dtypes.float64)
+    lx = lax.convert_element_type(log_x, dtypes.float64)
+    x = jnp.exp(lx)
+    s = lax.div(1.0, a)
+    psi = lax.digamma(lax.add(a, 1.0))
+    total = lax.mul(s, lax.sub(lx, psi))
+
+    def more(state):
+        n, s, _, total = state
+        pending = jnp.logical_or(lax.lt(lax.add(a, n), x), lax.gt(jnp.abs(s), lax.mul(jnp.abs(total), 1e-17)))
+        return jnp.any(jnp.logical_and(pending, jnp.isfinite(total)))
+
+    def step(state):
+        n, s, psi, total = state
+        s = lax.mul(s, lax.div(x, lax.add(a, n)))
+        psi = lax.add(psi, lax.div(1.0, lax.add(a, n)))
+        return lax.add(n, 1.0), s, psi, lax.add(total, lax.mul(s, lax.sub(lx, psi)))
+
+    n0 = lax.full(a.shape, 1.0, dtypes.float64)
+    total = lax.while_loop(more, step, (n0, s, psi, total))[3]
+    return lax.convert_element_type(lax.neg(total), alpha.uop.dtype)
+
+
+@custom_jvp
+def _gamma_sample(key: Array, alpha: Array) -> Array:
+    return _marsaglia_tsang(key, alpha, False)
+
+
+@custom_jvp
+def _loggamma_sample(key: Array, alpha: Array) -> Array:
+    return _marsaglia_tsang(key, alpha, True)
+
+
+@_gamma_sample.defjvp
+def _gamma_sample_jvp(primals, tangents):
+    key, alpha = primals
+    x = _gamma_sample(key, alpha)
+    safe = jnp.maximum(x, float(dtypes.finfo(x.dtype).tiny))  # as JAX: a sample that rounded to 0 counts as tiny
+    return x, lax.mul(tangents[1], lax.mul(_gamma_dlog_dalpha(alpha, _log(safe)), safe))
+
+
+@_loggamma_sample.defjvp
+def _loggamma_sample_jvp(primals, tangents):
+    key, alpha = primals
+    log_x = _loggamma_sample(key, alpha)
+    return log_x, lax.mul(tangents[1], _gamma_dlog_dalpha(alpha, log_x))
+
+
+def _gamma(key: Array, a: Any, shape: Shape | None, dt: DType, log_space: bool, name: str) -> Array:
+    alpha = _float_param(a, dt)
+    shape = _sample_shape(name, shape, alpha)
+    alpha = jnp.broadcast_to(alpha, shape)
+    return (_loggamma_sample if log_space else _gamma_sample)(key, alpha)
+
+
+@eager_op
+def gamma(key: Any, a: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Standard Gamma(a) samples (unit scale), density x^(a-1) e^-x / Gamma(a).
+
+    Marsaglia and Tsang's rejection method, run for the whole batch in one loop, with JAX's boost for a < 1. The
+    samples are distributed as JAX's but are not the same numbers. Differentiable with respect to `a` by implicit
+    reparameterization, as in JAX.
+
+    Args:
+      key: a PRNG key.
+      a: the shape parameter(s), broadcastable to `shape`.
+      shape: the result shape (default: a's shape).
+      dtype: a float dtype (default float32).
+
+    Example:
+      >>> x = fnx.random.gamma(fnx.random.PRNGKey(0), 2.5, (3,))
+    """
+    return _gamma(_key_array(key, "gamma"), a, shape, _float_dtype(dtype, "gamma"), False, "gamma")
+
+
+@eager_op
+def loggamma(key: Any, a: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """log of Gamma(a) samples, computed in log space (accurate when a << 1 makes samples underflow).
+
+    Example:
+      >>> x = fnx.random.loggamma(fnx.random.PRNGKey(0), 0.01, (3,))
+    """
+    return _gamma(_key_array(key, "loggamma"), a, shape, _float_dtype(dtype, "loggamma"), True, "loggamma")
+
+
+@eager_op
+def beta(key: Any, a: Any, b: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Beta(a, b) samples, Ga / (Ga + Gb) from two log-space gamma samples.
+
+    Example:
+      >>> x = fnx.random.beta(fnx.random.PRNGKey(0), 2.0, 3.0, (3,))
+    """
+    dt = _float_dtype(dtype, "beta")
+    aa, bb = _float_param(a, dt), _float_param(b, dt)
+    shape = _sample_shape("beta", shape, aa, bb)
+    key_a, key_b = _split_keys(_key_array(key, "beta"), 2)
+    log_a = _gamma(key_a, aa, shape, dt, True, "beta")
+    log_b = _gamma(key_b, bb, shape, dt, True, "beta")
+    top = jnp.maximum(log_a, log_b)
+    ga, gb = jnp.exp(log_a - top), jnp.exp(log_b - top)
+    return ga / (ga + gb)
+
+
+@eager_op
+def dirichlet(key: Any, alpha: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Dirichlet(alpha) samples over alpha's last axis: normalized log-space gamma samples.
+
+    Args:
+      key: a PRNG key.
+      alpha: concentrations, at least 1-D; the last axis indexes the categories.
+      shape: the batch shape (default alpha.shape[:-1]); the result has shape `shape + alpha.shape[-1:]`.
+      dtype: a float dtype (default float32).
+
+    Example:
+      >>> x = fnx.random.dirichlet(fnx.random.PRNGKey(0), jnp.array([1.0, 2.0, 3.0]), (2,))
+    """
+    dt = _float_dtype(dtype, "dirichlet")
+    conc = _float_param(alpha, dt)
+    if conc.ndim < 1:
+        raise ValueError(at_user_line(f"dirichlet: alpha must have ndim >= 1, got ndim == {conc.ndim}"))
+    shape = _sample_shape("dirichlet", shape, lax.full(conc.shape[:-1], 0, dt))
+    log_g = _gamma(_key_array(key, "dirichlet"), conc, shape + conc.shape[-1:], dt, True, "dirichlet")
+    unnormalized = jnp.exp(log_g - lax.stop_gradient(jnp.max(log_g, axis=-1, keepdims=True)))
+    return unnormalized / jnp.sum(unnormalized, axis=-1, keepdims=True)
+
+
+def _chisquare(key: Array, df: Array, shape: tuple[int, ...], dt: DType) -> Array:
+    return lax.mul(jnp.exp(_gamma(key, lax.div(df, 2.0), shape, dt, True, "chisquare")), 2.0)
+
+
+@eager_op
+def chisquare(key: Any, df: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Chi-square samples with `df` degrees of freedom, 2 Gamma(df / 2).
+
+    Example:
+      >>> x = fnx.random.chisquare(fnx.random.PRNGKey(0), 3.0, (3,))
+    """
+    dt = _float_dtype(dtype, "chisquare")
+    d = _float_param(df, dt)
+    return _chisquare(_key_array(key, "chisquare"), d, _sample_shape("chisquare", shape, d), dt)
+
+
+@eager_op
+def f(key: Any, dfnum: Any, dfden: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """F-distribution samples, (chi2(dfnum) / dfnum) / (chi2(dfden) / dfden).
+
+    Example:
+      >>> x = fnx.random.f(fnx.random.PRNGKey(0), 5.0, 10.0, (3,))
+    """
+    dt = _float_dtype(dtype, "f")
+    num, den = _float_param(dfnum, dt), _float_param(dfden, dt)
+    shape = _sample_shape("f", shape, num, den)
+    key_den, key_num = _split_keys(_key_array(key, "f"), 2)
+    return lax.div(lax.div(_chisquare(key_num, num, shape, dt), jnp.broadcast_to(num, shape)),
+                   lax.div(_chisquare(key_den, den, shape, dt), jnp.broadcast_to(den, shape)))
+
+
+@eager_op
+def t(key: Any, df: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Student's t samples with `df` degrees of freedom, n * sqrt((df / 2) / Gamma(df / 2)).
+
+    Example:
+      >>> x = fnx.random.t(fnx.random.PRNGKey(0), 4.0, (3,))
+    """
+    dt = _float_dtype(dtype, "t")
+    d = _float_param(df, dt)
+    shape = _sample_shape("t", shape, d)
+    key_n, key_g = _split_keys(_key_array(key, "t"), 2)
+    half_df = jnp.broadcast_to(lax.div(d, 2.0), shape)
+    g = _gamma(key_g, half_df, shape, dt, False, "t")
+    return lax.mul(_normal(key_n, shape, dt), lax.sqrt(lax.div(half_df, g)))
+
+
+def _generalized_normal(key: Array, p: Any, shape: tuple[int, ...], dt: DType) -> Array:
+    gamma_key, sign_key = _split_keys(key, 2)
+    inv_p = jnp.divide(1.0, p)
+    g = _gamma(gamma_key, inv_p, shape, dt, False, "generalized_normal")
+    return jnp.multiply(_rademacher(sign_key, shape, dt), jnp.power(g, inv_p))
+
+
+@eager_op
+def generalized_normal(key: Any, p: Any, shape: Shape = (), dtype: Any = None) -> Array:
+    """Generalized normal samples, density proportional to exp(-|x|^p): sign * Gamma(1/p) ** (1/p).
+
+    Example:
+      >>> x = fnx.random.generalized_normal(fnx.random.PRNGKey(0), 1.5, (3,))
+    """
+    return _generalized_normal(_key_array(key, "generalized_normal"), p, _shape(shape, "generalized_normal"),
+                               _float_dtype(dtype, "generalized_normal"))
+
+
+@eager_op
+def ball(key: Any, d: int, p: float = 2, shape: Shape = (), dtype: Any = None) -> Array:
+    """Points uniform in the unit p-norm ball of dimension `d` (Barthe, Guedon, Mendelson and Naor).
+
+    Returns:
+      An array of shape `shape + (d,)`.
+
+    Example:
+      >>> x = fnx.random.ball(fnx.random.PRNGKey(0), 3, shape=(5,))
+    """
+    dt = _float_dtype(dtype, "ball")
+    if isinstance(d, Array) and d.uop.op.name != "CONST":
+        raise TypeError(at_user_line("ball: the dimension d must be a concrete integer, got a traced value"))
+    d = operator.index(np.asarray(d).item() if not isinstance(d, int) else d)
+    shape = _shape(shape, "ball")
+    g_key, e_key = _split_keys(_key_array(key, "ball"), 2)
+    g = _generalized_normal(g_key, p, shape + (d,), dt)
+    e = _exponential(e_key, shape, dt)
+    radius = jnp.power(jnp.add(jnp.sum(jnp.power(jnp.abs(g), p), axis=-1), e), jnp.divide(1.0, p))
+    return jnp.divide(g, jnp.expand_dims(radius, -1))
+
+
+# ---- Poisson, binomial and multinomial: JAX's algorithms, every element advancing in one batch-wide loop ----
+
+def _poisson_knuth(key: Array, lam: Array, dt: DType) -> Array:
+    """Knuth: count uniforms until their product drops below exp(-lam) (used for lam < 10)."""
+    def step(state):
+        key, k, log_prod = state
+        key, sub = _split_keys(key, 2)
+        k = lax.select(lax.gt(log_prod, lax.neg(lam)), lax.add(k, np.int32(1)), k)
+        return key, k, lax.add(log_prod, _log(_uniform(sub, lam.shape, dtypes.float32, 0.0, 1.0)))
+
+    init = (key, lax.full(lam.shape, 0, dtypes.int32), lax.full(lam.shape, 0.0, dtypes.float32))
+    k = lax.while_loop(lambda s: jnp.any(lax.gt(s[2], lax.neg(lam))), step, init)[1]
+    return lax.convert_element_type(lax.sub(k, np.int32(1)), dt)
+
+
+def _poisson_rejection(key: Array, lam: Array, dt: DType) -> Array:
+    """Hormann's transformed rejection with squeeze (PTRS, 1993), for lam >= 10."""
+    log_lam = _log(lam)
+    b = _fma(lax.sqrt(lam), 2.53, 0.931)
+    a = _fma(b, 0.02483, -0.059)
+    inv_alpha = lax.add(lax.div(1.1328, lax.sub(b, 3.4)), 1.1239)
+    v_r = lax.sub(0.9277, lax.div(3.6224, lax.sub(b, 2.0)))
+
+    def step(state):
+        key, k_out, accepted = state
+        key, key_u, key_v = _split_keys(key, 3)
+        u = lax.sub(_uniform(key_u, lam.shape, lam.uop.dtype, 0.0, 1.0), 0.5)
+        v = _uniform(key_v, lam.shape, lam.uop.dtype, 0.0, 1.0)
+        us = lax.sub(0.5, lax.abs(u))
+        k = lax.floor(lax.add(_fma(lax.add(lax.div(lax.mul(a, 2.0), us), b), u, lam), 0.43))
+        s = _log(lax.div(lax.mul(v, inv_alpha), lax.add(lax.div(a, lax.mul(us, us)), b)))
+        target = lax.sub(_fma(k, log_lam, lax.neg(lam)), lax.lgamma(lax.add(k, 1.0)))
+        accept_fast = jnp.logical_and(lax.ge(us, 0.07), lax.le(v, v_r))
+        reject = jnp.logical_or(lax.lt(k, 0.0), jnp.logical_and(lax.lt(us, 0.013), lax.gt(v, us)))
+        accept = jnp.logical_or(accept_fast, jnp.logical_and(jnp.logical_not(reject), lax.le(s, target)))
+        return key, lax.select(accept, k, k_out), jnp.logical_or(accepted, accept)
+
+    init = (key, lax.full(lam.shape, -1.0, lam.uop.dtype), lax.full(lam.shape, False, dtypes.bool_))
+    k = lax.while_loop(lambda s: jnp.any(jnp.logical_not(s[2])), step, init)[1]
+    return lax.convert_element_type(k, dt)
+
+
+@eager_op
+def poisson(key: Any, lam: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Poisson(lam) samples as integers of `dtype` (default int32).
+
+    JAX's algorithm: Knuth's product of uniforms for lam < 10, Hormann's transformed rejection above, each run as
+    one loop over the whole batch with JAX's key sequence, so samples equal JAX's except where fnx's float32
+    lgamma and XLA's differ at an acceptance boundary (rare). lam is computed in float32, as in JAX.
+
+    Example:
+      >>> fnx.random.poisson(fnx.random.PRNGKey(0), 3.0, (4,))
+    """
+    dt = _int_dtype(dtype, "poisson")
+    k = _key_array(key, "poisson")
+    rate = lax.to_array(lam)
+    shape = rate.shape if shape is None else _shape(shape, "poisson")
+    rate = lax.convert_element_type(jnp.broadcast_to(rate, shape), dtypes.float32)
+    use_knuth = jnp.logical_or(lax.ne(rate, rate), lax.lt(rate, 10.0))
+    knuth = _poisson_knuth(k, lax.select(use_knuth, rate, _const(rate, 0.0)), dt)
+    rejection = _poisson_rejection(k, lax.select(use_knuth, _const(rate, 1e5), rate), dt)
+    result = lax.select(use_knuth, knuth, rejection)
+    return lax.select(lax.eq(rate, 0.0), lax.full(shape, 0, dt), result)
+
+
+# Stirling's series tail log(k!) - [(k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2] for k = 0..9
+_STIRLING_TAIL = (0.0810614667953272, 0.0413406959554092, 0.0276779256849983, 0.02079067210376509,
+                  0.0166446911898211, 0.0138761288230707, 0.0118967099458917, 0.0104112652619720,
+                  0.00925546218271273, 0.00833056343336287)
+
+
+def _stirling_tail(k: Array) -> Array:
+    kc = jnp.clip(k, 0.0, 9.0)
+    kp1 = kc + 1.0
+    approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / (kp1 * kp1)) / (kp1 * kp1)) / kp1
+    table = jnp.take(jnp.asarray(np.array(_STIRLING_TAIL, k.dtype)), lax.convert_element_type(lax.floor(kc),
+                                                                                            dtypes.int32))
+    return jnp.where(k <= 9, table, approx)
+
+
+def _binomial_inversion(key: Array, count: Array, prob: Array) -> Array:
+    """Count geometric waiting times until they pass `count` (used when count * p <= 10)."""
+    log_q = _log1p(lax.neg(prob))
+
+    def step(state):
+        key, num, total = state
+        sub, key = _split_keys(key, 2)
+        num = lax.select(lax.le(total, count), lax.add(num, 1.0), num)
+        geom = lax.ceil(lax.div(_log(_uniform(sub, prob.shape, prob.uop.dtype, 0.0, 1.0)), log_q))
+        return key, num, lax.add(total, geom)
+
+    zeros = lax.full(prob.shape, 0.0, prob.uop.dtype)
+    num = lax.while_loop(lambda s: jnp.any(lax.le(s[2], count)), step, (key, zeros, zeros))[1]
+    return lax.sub(num, 1.0)
+
+
+def _btrs(key: Array, count: Array, prob: Array) -> Array:
+    """Hormann's BTRS transformed rejection (1993), for count * p > 10."""
+    stddev = jnp.sqrt(count * prob * (1 - prob))
+    b = 1.15 + 2.53 * stddev
+    a = -0.0873 + 0.0248 * b + 0.01 * prob
+    c = count * prob + 0.5
+    v_r = 0.92 - 4.2 / b
+    r = prob / (1 - prob)
+    alpha = (2.83 + 5.1 / b) * stddev
+    m = jnp.floor((count + 1) * prob)
+    tail_m = (m + 0.5) * _log((m + 1) / (r * (count - m + 1))) + _stirling_tail(m) + _stirling_tail(count - m)
+
+    def step(state):
+        key, k_out, accepted = state
+        key, key_u, key_v = _split_keys(key, 3)
+        u = _uniform(key_u, prob.shape, prob.uop.dtype, 0.0, 1.0) - 0.5
+        v = _uniform(key_v, prob.shape, prob.uop.dtype, 0.0, 1.0)
+        us = 0.5 - jnp.abs(u)
+        k = jnp.floor((2 * a / us + b) * u + c)
+        accept_fast = (us >= 0.07) & (v <= v_r)
+        reject = (k < 0) | (k > count)
+        log_v = _log(v * alpha / (a / (us * us) + b))
+        bound = (tail_m + (count + 1) * _log((count - m + 1) / (count - k + 1))
+                 + (k + 0.5) * _log(r * (count - k + 1) / (k + 1)) - _stirling_tail(k) - _stirling_tail(count - k))
+        accept = accept_fast | (~reject & (log_v <= bound))
+        return key, jnp.where(accept, k, k_out), accepted | accept
+
+    init = (key, lax.full(prob.shape, -1.0, prob.uop.dtype), lax.full(prob.shape, False, dtypes.bool_))
+    return lax.while_loop(lambda s: jnp.any(jnp.logical_not(s[2])), step, init)[1]
+
+
+def _binomial(key: Array, n: Any, p: Any, shape: Shape | None, dt: DType) -> Array:
+    prob = lax.to_array(p)
+    if not prob.uop.dtype.is_float: prob = lax.convert_element_type(prob, dtypes.float32)
+    count = lax.convert_element_type(lax.to_array(n), prob.uop.dtype)
+    shape = _sample_shape("binomial", shape, count, prob)
+    count, prob = jnp.broadcast_to(count, shape), jnp.broadcast_to(prob, shape)
+    low_p = prob < 0.5
+    q = jnp.where(low_p, prob, 1.0 - prob)
+    bad_count = jnp.isnan(count) | (count < 0)
+    bad_q = jnp.isnan(q) | (q < 0)
+    q = jnp.where(bad_q, 0.01, q)
+    use_inversion = bad_count | (count * q <= 10.0)
+    count = jnp.floor(count)
+    inversion = _binomial_inversion(key, jnp.where(use_inversion, count, 0.0), q)
+    rejection = _btrs(key, jnp.where(use_inversion, 1e4, count), jnp.where(use_inversion, 0.5, q))
+    samples = lax.convert_element_type(jnp.where(use_inversion, inversion, rejection), dt)
+    invalid = bad_q | bad_count
+    samples = jnp.where(invalid, dt.np.type(np.nan), samples)
+    samples = jnp.where(jnp.isinf(count) & ~invalid, dt.np.type(np.inf), samples)
+    keep = low_p | bad_count | jnp.isnan(q) | jnp.isinf(count)
+    return jnp.where(keep, samples, lax.convert_element_type(count, dt) - samples)
+
+
+@eager_op
+def binomial(key: Any, n: Any, p: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
+    """Binomial(n, p) samples as floats of `dtype` (default float32), like JAX.
+
+    JAX's algorithm: inversion by geometric waiting times for n * min(p, 1 - p) <= 10, Hormann's BTRS rejection
+    above, each one loop over the batch. NaN n or p, negative n or p give NaN; infinite n gives inf.
+
+    Example:
+      >>> fnx.random.binomial(fnx.random.PRNGKey(0), 10, 0.3, (4,))
+    """
+    dt = _float_dtype(dtype, "binomial")
+    return _binomial(_key_array(key, "binomial"), n, p, None if shape is None else _shape(shape, "binomial"), dt)
+
+
+@eager_op
+def multinomial(key: Any, n: Any, p: Any, *, shape: Shape | None = None, dtype: Any = None,
+                unroll: int | bool = 1) -> Array:
+    """Multinomial(n, p) counts over p's last axis, by sequential conditional binomials (as JAX).
+
+    Args:
+      key: a PRNG key.
+      n: the number of trials, broadcastable to `shape[:-1]`.
+      p: category probabilities (last axis), broadcastable to `shape`.
+      shape: the result shape (default p.shape); its last entry is the number of categories.
+      dtype: a float dtype (default float32).
+      unroll: accepted for compatibility.
+
+    Example:
+      >>> fnx.random.multinomial(fnx.random.PRNGKey(0), 10.0, jnp.array([0.2, 0.3, 0.5]))
+    """
+    dt = _float_dtype(dtype, "multinomial")
+    k = _key_array(key, "multinomial")
+    prob, trials = lax.to_array(p), lax.to_array(n)
+    work = jnp.result_type(prob, trials, np.float32) if not (prob.uop.dtype.is_float or trials.uop.dtype.is_float) \
+        else jnp.result_type(prob, trials)
+    prob, trials = prob.astype(work), trials.astype(work)
+    shape = prob.shape if shape is None else _shape(shape, "multinomial")
+    trials = jnp.broadcast_to(trials, shape[:-1])
+    prob = jnp.moveaxis(jnp.broadcast_to(prob, shape), -1, 0)
+    remaining = jnp.flip(jnp.cumsum(jnp.flip(prob, 0), axis=0), 0)
+    ratios = prob / jnp.where(remaining == 0, 1, remaining)
+
+    def draw(left, ratio_key):
+        ratio, sub = ratio_key
+        count = _binomial(sub, left, jnp.clip(ratio, 0, 1), None, left.uop.dtype)
+        return left - count, count
+
+    _, counts = lax.scan(draw, trials, (ratios, split(k, shape[-1])))
+    return jnp.moveaxis(counts, 0, -1).astype(dt)
+
+
+@eager_op
+def multivariate_normal(key: Any, mean: Any, cov: Any, shape: Shape | None = None, dtype: Any = None,
+                        method: str = "cholesky") -> Array:
+    """Samples of N(mean, cov): mean + A z with z standard normal (this module's bits) and A A^T = cov from
+    fnx.numpy.linalg's `method` ('cholesky', 'eigh' or 'svd'); shape defaults to the broadcast batch of mean and
+    cov. Close to JAX's values, not bit-identical (the factorizations are fnx's own: docs/JAX_DIFFERENCES.md)."""
+    if method not in ("cholesky", "eigh", "svd"):
+        raise ValueError(at_user_line(f"multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got "
+                                      f"{method!r}"))
+    dt = _float_dtype(dtype, "multivariate_normal")
+    key = _key_array(key, "multivariate_normal")
+    mean, cov = jnp.asarray(mean, dt.np), jnp.asarray(cov, dt.np)
+    if mean.ndim < 1 or cov.ndim < 2 or cov.shape[-2:] != (mean.shape[-1],) * 2:
+        raise ValueError(at_user_line(f"multivariate_normal: mean {mean.shape} and cov {cov.shape} must be (..., n) "
+                                      "and (..., n, n)"))
+    n = mean.shape[-1]
+    batch = np.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
+    shape = batch if shape is None else tuple(shape)
+    _check_shape("multivariate_normal", shape, batch)
+    if method == "cholesky": factor = jnp.linalg.cholesky(cov)
+    elif method == "eigh":
+        values, vectors = jnp.linalg.eigh(cov)
+        factor = vectors * jnp.sqrt(values)[..., None, :]
+    else:
+        u, s, _ = jnp.linalg.svd(cov)
+        factor = u * jnp.sqrt(s)[..., None, :]
+    z = _normal(key, shape + (n,), dt)
+    return mean + jnp.einsum("...ij,...j->...i", factor, z)
+
+
+@eager_op
+def orthogonal(key: Any, n: int, shape: Shape = (), dtype: Any = None, m: int | None = None) -> Array:
+    """Random (n, m) matrices (m = n by default) with orthonormal columns (or rows when m > n), uniform over
+    them (Haar): the Q of a standard normal matrix's QR with R's diagonal made positive."""
+    dt = _float_dtype(dtype, "orthogonal")
+    key = _key_array(key, "orthogonal")
+    m = n if m is None else int(m)
+    z = _normal(key, tuple(shape) + (max(n, m), min(n, m)), dt)
+    q, r = jnp.linalg.qr(z)
+    q = q * jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+    return q if n >= m else jnp.swapaxes(q, -1, -2)
 
 
 def __getattr__(name: str):
