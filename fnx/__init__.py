@@ -10,14 +10,15 @@ from fnx.transforms.vmap import vmap
 from fnx.transforms.jit import ShapeDtypeStruct, disable_jit, jit, make_graph
 from fnx.transforms.shard_map import shard_map
 from fnx import sharding  # noqa: E402
-from fnx.sharding import make_mesh
+from fnx.sharding import NamedSharding, P, make_mesh
 from fnx.sharding import distributed  # noqa: E402  (fnx.distributed: many processes over MPI; imports no MPI)
 from fnx.sharding.distributed import make_array_from_callback, process_count, process_index
+from fnx.backends.device import Device
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import lax_ops, lax_conv, lax_sort  # noqa: E402,F401  (join fnx.lax: see lax._extend)
 from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E402,F401  (join fnx.numpy)
-from fnx import scipy, test_util  # noqa: E402
+from fnx import dlpack, scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
 from fnx.api import (ShapedArray, clear_caches, default_backend, device_get, eval_shape, jacobian,  # noqa: E402
@@ -27,13 +28,29 @@ from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the in
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
 from fnx.backends import cuda as _cuda  # noqa: E402,F401  (registers cuda: GPUs, or one compile-only device with NVRTC)
 
-__all__ = ["Array", "ShapeDtypeStruct", "ShapedArray", "block_until_ready", "checkpoint", "clear_caches", "custom_jvp",
-           "custom_vjp", "debug", "default_backend", "default_device", "device_count", "device_get", "device_put",
-           "devices", "disable_jit", "distributed", "dtypes", "errors", "eval_shape", "grad", "hessian", "jacfwd",
-           "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count", "local_devices",
-           "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call", "named_scope", "nn",
-           "numpy", "optim", "process_count", "process_index", "pure_callback", "random", "remat", "save", "scipy",
+__all__ = ["Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray", "block_until_ready",
+           "checkpoint", "clear_caches", "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device",
+           "device_count", "device_get", "device_put", "devices", "disable_jit", "distributed", "dlpack", "dtypes",
+           "errors", "eval_shape", "grad", "hessian", "host_count", "host_id", "jacfwd", "jacobian", "jacrev", "jit",
+           "jvp", "lax", "linearize", "load", "local_device_count", "local_devices", "make_array_from_callback",
+           "make_graph", "make_jaxpr", "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim",
+           "process_count", "process_index", "process_indices", "pure_callback", "random", "remat", "save", "scipy",
            "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
+
+
+def host_id() -> int:
+    """This process's index among the processes of the job (jax.host_id; process_index's older name)."""
+    return process_index()
+
+
+def host_count() -> int:
+    """How many processes the job has (jax.host_count; process_count's older name)."""
+    return process_count()
+
+
+def process_indices() -> list[int]:
+    """The indices of every process of the job."""
+    return list(range(process_count()))
 
 
 def block_until_ready(x):

@@ -255,3 +255,12 @@ def test_small_switches():
             pass
     f = fnx.named_call(lambda x: x * 3, name="triple")
     assert float(fnx.jit(f)(2.0)) == 6.0
+
+
+def test_top_level_aliases_jax_users_reach_for():
+    import numpy as np
+    assert fnx.host_id() == fnx.process_index() == 0 and fnx.host_count() == fnx.process_count()
+    assert fnx.process_indices() == list(range(fnx.process_count()))
+    assert fnx.P is fnx.sharding.PartitionSpec and fnx.NamedSharding is fnx.sharding.NamedSharding
+    assert isinstance(fnx.devices()[0], fnx.Device)
+    np.testing.assert_array_equal(np.asarray(fnx.dlpack.from_dlpack(np.arange(4))), np.arange(4))
