@@ -352,7 +352,7 @@ def test_cumulative_values_and_grads(name, axis, reverse):
 
     def theirs(v): return (getattr(jl, name)(v, axis=axis, reverse=reverse) * w).sum()
     close(fnx.grad(ours)(x), jax.grad(theirs)(x), rtol=1e-4, atol=1e-5)
-    close(fnx.jit(ours)(x), ours(x), rtol=1e-6, atol=1e-6)
+    close(fnx.jit(ours)(x), ours(x), rtol=1e-5, atol=1e-5)  # (float32 sums: jit may fuse in another order)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint32, np.bool_, np.float16])
