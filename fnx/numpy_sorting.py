@@ -19,9 +19,9 @@ from fnx.errors import ConcretizationError, at_user_line
 from fnx.lax_sort import argsort_keys, order_keys
 from fnx.trace import Array, eager_op
 
-__all__ = ["argpartition", "argsort", "lexsort", "median", "nanmedian", "nanpercentile", "nanquantile", "partition",
-           "percentile", "quantile", "searchsorted", "sort", "unique", "unique_all", "unique_counts",
-           "unique_inverse", "unique_values"]
+__all__ = ["argpartition", "argsort", "intersect1d", "isin", "lexsort", "median", "nanmedian", "nanpercentile",
+           "nanquantile", "partition", "percentile", "quantile", "searchsorted", "setdiff1d", "setxor1d", "sort",
+           "union1d", "unique", "unique_all", "unique_counts", "unique_inverse", "unique_values"]
 
 
 def _along(a: Any, axis: Any) -> tuple[Array, int]:
@@ -268,5 +268,83 @@ def nanmedian(a: Any, axis: Any = None, out: None = None, overwrite_input: bool 
     """median ignoring NaNs."""
     return nanquantile(a, 0.5, axis, keepdims=keepdims)
 
+
+
+# ---- sets: on sorting and unique ----
+
+@eager_op
+def isin(element: Any, test_elements: Any, assume_unique: bool = False, invert: bool = False, *,
+         method: str = "auto") -> Array:
+    """Whether each element of `element` is among `test_elements` (every pair compared: no sort, any shape)."""
+    element, tests = jnp.asarray(element), jnp.ravel(jnp.asarray(test_elements))
+    found = jnp.any(element[..., None] == tests, axis=-1) if tests.shape[0] else jnp.zeros(element.shape, bool)
+    return ~found if invert else found
+
+
+def _set_result(values: Array, keep: Array, size: int | None, fill_value: Any, name: str,
+                default_fill: Any = None) -> Array:
+    """The sorted `values` where `keep`, packed to the front (cut or padded to `size` under jit); the padding is
+    `fill_value`, else `default_fill`, else the result's first (smallest) element, as JAX pads."""
+    if size is None:
+        try:
+            size = int(jnp.sum(keep))
+        except ConcretizationError:
+            raise ConcretizationError(at_user_line(f"{name}: the result's size depends on the values, so under "
+                                                   "jit it needs a static size=")) from None
+    order = argsort_keys([~keep], 0)  # (kept ones first, in their sorted order: the sort is stable)
+    packed = jnp.take(values, order)[:size] if values.shape[0] else jnp.zeros((0,), values.dtype)
+    count = jnp.sum(keep)
+    if packed.shape[0] < size: packed = jnp.concatenate([packed, jnp.zeros((size - packed.shape[0],), values.dtype)])
+    if fill_value is None:
+        fill_value = default_fill if default_fill is not None else jnp.where(count > 0, packed[0], 0) if size else 0
+    return jnp.where(jnp.arange(size) < count, packed, jnp.asarray(fill_value, values.dtype))
+
+
+@eager_op
+def union1d(ar1: Any, ar2: Any, *, size: int | None = None, fill_value: Any = None) -> Array:
+    """The sorted distinct elements of either array."""
+    return unique(jnp.concatenate([jnp.ravel(jnp.asarray(ar1)), jnp.ravel(jnp.asarray(ar2))]), size=size,
+                  fill_value=fill_value)
+
+
+@eager_op
+def setdiff1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | None = None,
+              fill_value: Any = None) -> Array:
+    """The sorted distinct elements of ar1 that are not in ar2."""
+    a = sort(jnp.ravel(jnp.asarray(ar1)))
+    keys = order_keys(a)
+    first = jnp.concatenate([jnp.ones((min(a.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    return _set_result(a, first & ~isin(a, ar2), size, fill_value, "setdiff1d", default_fill=0)
+
+
+@eager_op
+def intersect1d(ar1: Any, ar2: Any, assume_unique: bool = False, return_indices: bool = False, *,
+                size: int | None = None, fill_value: Any = None) -> Any:
+    """The sorted distinct elements of both arrays; with `return_indices`, also where each first occurs in ar1
+    and in ar2."""
+    a, b = jnp.ravel(jnp.asarray(ar1)), jnp.ravel(jnp.asarray(ar2))
+    ordered = sort(a)
+    keys = order_keys(ordered)
+    first = jnp.concatenate([jnp.ones((min(ordered.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    values = _set_result(ordered, first & isin(ordered, b), size, fill_value, "intersect1d")
+    if not return_indices: return values
+    count = values.shape[0]
+
+    def first_index(source: Array) -> Array:  # the first position of each value in `source`
+        match = source[None, :] == values[:, None]
+        return jnp.where(jnp.any(match, axis=1), jnp.argmax(match, axis=1), 0).astype(jnp.int32) if count else \
+            jnp.zeros((0,), jnp.int32)
+    return values, first_index(a), first_index(b)
+
+
+@eager_op
+def setxor1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | None = None,
+             fill_value: Any = None) -> Array:
+    """The sorted distinct elements in exactly one of the arrays."""
+    a, b = jnp.ravel(jnp.asarray(ar1)), jnp.ravel(jnp.asarray(ar2))
+    ordered = sort(jnp.concatenate([a, b]))
+    keys = order_keys(ordered)
+    first = jnp.concatenate([jnp.ones((min(ordered.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    return _set_result(ordered, first & (isin(ordered, a) != isin(ordered, b)), size, fill_value, "setxor1d")
 
 jnp._extend({name: globals()[name] for name in __all__})

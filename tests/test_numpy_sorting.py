@@ -143,3 +143,22 @@ def test_errors():
         jnp.partition(np.ones(3), 5)
     with pytest.raises(NotImplementedError, match="unique: axis="):
         jnp.unique(np.ones((2, 2)), axis=0)
+
+
+@pytest.mark.parametrize("a,b", [([5, 1, 3, 3, 7, 1], [3, 9, 1, 1]), ([2, 2], [2]), ([], [1, 2]),
+                                 ([0.5, -1.0, 2.0, -0.0], [0.0, 2.0, 8.0])])
+def test_set_functions_match_jax(a, b):
+    dtype = np.float32 if any(isinstance(v, float) for v in a + b) else np.int32
+    a, b = np.array(a, dtype), np.array(b, dtype)
+    for name in ("union1d", "setdiff1d", "setxor1d", "intersect1d"):
+        _same(getattr(jnp, name)(a, b), getattr(J, name)(a, b))
+        jitted = fnx.jit(lambda a, b, name=name: getattr(jnp, name)(a, b, size=5))(a, b)
+        _same(jitted, jax.jit(lambda a, b, name=name: getattr(J, name)(a, b, size=5))(a, b))
+        _same(getattr(jnp, name)(a, b, size=6, fill_value=-3), getattr(J, name)(a, b, size=6, fill_value=-3))
+    for ours, theirs in zip(jnp.intersect1d(a, b, return_indices=True), J.intersect1d(a, b, return_indices=True)):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    _same(jnp.isin(a, b), J.isin(a, b))
+    _same(jnp.isin(a.reshape(-1, 1) if a.size else a, b, invert=True), J.isin(a.reshape(-1, 1) if a.size else a, b,
+                                                                            invert=True))
+    with pytest.raises(fnx.errors.ConcretizationError, match="setdiff1d: .*size="):
+        fnx.jit(jnp.setdiff1d)(a, b)
