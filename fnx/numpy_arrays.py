@@ -60,6 +60,9 @@ __all__ = [
     "can_cast", "issubdtype", "isdtype", "iscomplexobj", "isrealobj", "isscalar", "iterable", "generic", "number",
     "inexact", "floating", "integer", "signedinteger", "unsignedinteger", "complexfloating", "character", "flexible",
     "object_", "int_", "uint", "float_", "double", "single",
+    # mapped over axes, bits, printing and files
+    "vectorize", "apply_along_axis", "apply_over_axes", "packbits", "unpackbits", "array_repr", "array_str",
+    "get_printoptions", "set_printoptions", "printoptions", "save", "savez", "load", "einsum_path",
 ]
 
 
@@ -1220,6 +1223,161 @@ def iterable(y: Any) -> builtins.bool:
         return False
     return True
 
+
+# ---- functions mapped over axes (vmap), bits, printing and files ----
+
+def _vmap():
+    from fnx.transforms.vmap import vmap  # (the transform; this module is below it in the layers)
+    return vmap
+
+
+def _parse_signature(signature: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """'(m,n),(n)->(m)' -> ([('m', 'n'), ('n',)], [('m',)])."""
+    def groups(text: str) -> list[tuple[str, ...]]:
+        import re
+        return [tuple(d.strip() for d in g.split(",") if d.strip()) for g in re.findall(r"\(([^)]*)\)", text)]
+    if "->" not in signature: raise ValueError(f"vectorize: signature {signature!r} has no '->'")
+    inputs, outputs = signature.replace(" ", "").split("->")
+    return groups(inputs), groups(outputs)
+
+
+class vectorize:
+    """jax.numpy.vectorize: `pyfunc` applied to every element (or, with a gufunc `signature` such as
+    '(n),(n)->()', to every core block) of broadcast arguments, by vmap over the loop axes (compiled once, not a
+    Python loop). `excluded` names positional arguments passed through unchanged."""
+
+    def __init__(self, pyfunc: Callable, *, excluded: frozenset = frozenset(), signature: str | None = None):
+        self.pyfunc, self.excluded, self.signature = pyfunc, frozenset(excluded), signature
+        self.__doc__ = getattr(pyfunc, "__doc__", None)
+
+    def __call__(self, *args: Any) -> Any:
+        fixed = {i: a for i, a in enumerate(args) if i in self.excluded}
+        mapped = [as_operand(a, "vectorize") for i, a in enumerate(args) if i not in self.excluded]
+        cores = _parse_signature(self.signature)[0] if self.signature else [()] * len(mapped)
+        if len(cores) != len(mapped):
+            raise TypeError(at_user_line(f"vectorize: signature {self.signature!r} has {len(cores)} inputs, got "
+                                         f"{len(mapped)} arrays"))
+        loops = [a.shape[:a.ndim - len(c)] for a, c in zip(mapped, cores)]
+        if any(a.ndim < len(c) for a, c in zip(mapped, cores)):
+            raise ValueError(at_user_line(f"vectorize: an argument has fewer dimensions than its core dims in "
+                                          f"{self.signature!r}"))
+        loop = broadcast_shapes(*loops)
+        count = math.prod(loop)
+        flat = [reshape(_broadcast(a, loop + a.shape[len(s):], "vectorize"), (count,) + a.shape[len(s):])
+                for a, s in zip(mapped, loops)]
+
+        def one(*blocks):
+            it = iter(blocks)
+            return self.pyfunc(*[fixed[i] if i in fixed else next(it) for i in range(len(args))])
+        out = _vmap()(one)(*flat)
+        return _tree_reshape(out, loop)
+
+
+def _tree_reshape(out: Any, loop: tuple[int, ...]) -> Any:
+    from fnx import tree_util
+    return tree_util.tree_map(lambda o: reshape(o, loop + tuple(o.shape[1:])), out)
+
+
+def apply_along_axis(func1d: Callable, axis: int, arr: Any, *args: Any, **kwargs: Any) -> Any:
+    """func1d applied to every 1-d slice of `arr` along `axis` (vmap over the others); the slices' results take
+    the place of that axis."""
+    a = as_operand(arr, "apply_along_axis")
+    axis = normalize_axes(axis, a.ndim, "apply_along_axis")[0]
+    moved = moveaxis(a, axis, -1)
+    rest = moved.shape[:-1]
+    rows = reshape(moved, (math.prod(rest), moved.shape[-1]))
+    out = _vmap()(lambda row: func1d(row, *args, **kwargs))(rows)
+    out = reshape(out, rest + tuple(out.shape[1:]))
+    extra = out.ndim - len(rest)
+    return moveaxis(out, tuple(range(len(rest), out.ndim)), tuple(range(axis, axis + extra))) if extra else out
+
+
+def apply_over_axes(func: Callable, a: Any, axes: Any) -> Array:
+    """func(a, axis) for each axis in turn; a result that lost the axis gets it back (size 1)."""
+    out = as_operand(a, "apply_over_axes")
+    for axis in np.atleast_1d(axes).tolist():
+        axis = axis % out.ndim
+        result = func(out, axis)
+        if result.ndim == out.ndim - 1: result = reshape(result, result.shape[:axis] + (1,) + result.shape[axis:])
+        elif result.ndim != out.ndim:
+            raise ValueError(at_user_line("apply_over_axes: func must keep the rank or drop the axis"))
+        out = result
+    return out
+
+
+@eager_op
+def packbits(a: Any, axis: int | None = None, bitorder: str = "big") -> Array:
+    """The elements of an integer or bool array as bits (nonzero: 1), packed eight to a uint8 along `axis`
+    (flattened when None); the last byte is padded with zeros."""
+    x = as_operand(a, "packbits")
+    if _dt(x).is_float: raise TypeError(at_user_line(f"packbits: needs integer or bool values, got {_dt(x)}"))
+    if bitorder not in ("big", "little"):
+        raise ValueError(at_user_line(f"packbits: bitorder must be 'big' or 'little', got {bitorder!r}"))
+    x = (x != 0).astype(np.uint8)
+    if axis is None: x, axis = ravel(x), 0
+    axis = normalize_axes(axis, x.ndim, "packbits")[0]
+    x = moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    x = concatenate([x, zeros(x.shape[:-1] + (-n % 8,), np.uint8)], axis=-1)
+    groups = reshape(x, x.shape[:-1] + (x.shape[-1] // 8, 8))
+    weights = array(np.array([128, 64, 32, 16, 8, 4, 2, 1] if bitorder == "big" else [1, 2, 4, 8, 16, 32, 64, 128],
+                             np.uint8))
+    return moveaxis(sum(groups * weights, axis=-1, dtype=np.uint8), -1, axis)
+
+
+@eager_op
+def unpackbits(a: Any, axis: int | None = None, count: int | None = None, bitorder: str = "big") -> Array:
+    """The bits of a uint8 array as 0/1 uint8 values, eight per element along `axis` (flattened when None);
+    `count` keeps that many (negative: drops that many from the end)."""
+    x = as_operand(a, "unpackbits")
+    if _dt(x) != dtypes.uint8: raise TypeError(at_user_line(f"unpackbits: needs uint8 values, got {_dt(x)}"))
+    if bitorder not in ("big", "little"):
+        raise ValueError(at_user_line(f"unpackbits: bitorder must be 'big' or 'little', got {bitorder!r}"))
+    if axis is None: x, axis = ravel(x), 0
+    axis = normalize_axes(axis, x.ndim, "unpackbits")[0]
+    x = moveaxis(x, axis, -1)
+    shifts = array(np.array([7, 6, 5, 4, 3, 2, 1, 0] if bitorder == "big" else list(range(8)), np.uint8))
+    bits = (x[..., None] >> shifts) & np.uint8(1)
+    bits = reshape(bits, x.shape[:-1] + (x.shape[-1] * 8,))
+    if count is not None: bits = bits[..., :count] if count >= 0 else bits[..., :bits.shape[-1] + count]
+    return moveaxis(bits, -1, axis)
+
+
+def array_repr(arr: Any, max_line_width: int | None = None, precision: int | None = None,
+               suppress_small: bool | None = None) -> str:
+    """numpy.array_repr of the value."""
+    return np.array_repr(np.asarray(arr), max_line_width, precision, suppress_small)
+
+
+def array_str(a: Any, max_line_width: int | None = None, precision: int | None = None,
+              suppress_small: bool | None = None) -> str:
+    """numpy.array_str of the value."""
+    return np.array_str(np.asarray(a), max_line_width, precision, suppress_small)
+
+
+get_printoptions, set_printoptions, printoptions = np.get_printoptions, np.set_printoptions, np.printoptions
+
+
+def save(file: Any, arr: Any, allow_pickle: bool = True) -> None:
+    """numpy.save of the value."""
+    np.save(file, np.asarray(arr), allow_pickle=allow_pickle)
+
+
+def savez(file: Any, *args: Any, **kwds: Any) -> None:
+    """numpy.savez of the values."""
+    np.savez(file, *[np.asarray(a) for a in args], **{k: np.asarray(v) for k, v in kwds.items()})
+
+
+def load(file: Any, *args: Any, **kwargs: Any) -> Any:
+    """numpy.load, with an array file's contents as an fnx Array (an .npz archive stays numpy's lazy mapping)."""
+    out = np.load(file, *args, **kwargs)
+    return array(out) if isinstance(out, np.ndarray) else out
+
+
+def einsum_path(subscripts: str, *operands: Any, optimize: Any = "greedy") -> tuple[list, str]:
+    """The contraction order numpy.einsum_path chooses for operands of these shapes (values are not read)."""
+    shaped = [np.empty(np.shape(o), np.float32) for o in operands]
+    return np.einsum_path(subscripts, *shaped, optimize=optimize)
 
 from fnx import numpy as _numpy  # noqa: E402  (the namespace these names join)
 

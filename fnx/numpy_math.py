@@ -1197,8 +1197,149 @@ __all__ = [
     "diff", "ediff1d", "gradient", "trapezoid", "unwrap",
     "polyval", "polyadd", "polysub", "polymul", "polyder", "polyint", "vander", "convolve", "correlate", "piecewise",
     "bincount", "digitize", "histogram_bin_edges", "histogram", "interp",
+    "acos", "asin", "atan", "atan2", "pow", "euler_gamma", "fabs", "spacing", "hanning", "hamming", "blackman",
+    "bartlett", "kaiser", "poly", "polydiv", "polyfit",
 ]
 
+
+# ---- the array API's names for existing functions, constants, windows, more polynomials ----
+
+def _alias(name: str, target: str) -> Any:
+    import fnx.numpy as namespace  # (a name fnx.numpy defines before this module joins it)
+    function = getattr(namespace, target)
+
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+    alias.__name__, alias.__qualname__ = name, name
+    alias.__doc__ = f"fnx.numpy.{target} under the array API's name (jax.numpy.{name})."
+    return alias
+
+
+acos, asin, atan, atan2 = (_alias(n, t) for n, t in (("acos", "arccos"), ("asin", "arcsin"), ("atan", "arctan"),
+                                                   ("atan2", "arctan2")))
+pow = _alias("pow", "power")  # noqa: A001
+euler_gamma = 0.5772156649015329
+
+
+@eager_op
+def fabs(x: Any, /) -> Array:
+    """|x| elementwise for real inputs, always in a float dtype (integers become floats, as numpy)."""
+    return _abs(_inexact(as_operand(x, "fabs")))
+
+
+@eager_op
+def spacing(x: Any, /) -> Array:
+    """The distance from x to the next float away from zero (numpy.spacing), in x's float dtype."""
+    x = _inexact(as_operand(x, "spacing"))
+    away = where(_signbit(x), -np.inf, np.inf).astype(x.dtype)
+    return nextafter(x, away) - x
+
+
+def _window(name: str, m: int, terms: Sequence[float]) -> Array:
+    """A cosine-sum window of m points: sum of (-1)^k a_k cos(2 pi k n / (m - 1))."""
+    if int(m) != m: raise TypeError(at_user_line(f"{name}: M must be an integer, got {m!r}"))
+    m = int(m)
+    if m < 1: return zeros((0,))
+    if m == 1: return array([1.0])
+    n = np.arange(m, dtype=np.float64)
+    values = builtins.sum(((-1) ** k) * a * np.cos(2 * np.pi * k * n / (m - 1)) for k, a in enumerate(terms))
+    return array(values.astype(np.float32))
+
+
+def hanning(M: int) -> Array:
+    """The Hann window (0.5 - 0.5 cos(2 pi n / (M - 1))), float32."""
+    return _window("hanning", M, (0.5, 0.5))
+
+
+def hamming(M: int) -> Array:
+    """The Hamming window (0.54 - 0.46 cos(2 pi n / (M - 1))), float32."""
+    return _window("hamming", M, (0.54, 0.46))
+
+
+def blackman(M: int) -> Array:
+    """The Blackman window (0.42 - 0.5 cos(2 pi n / (M - 1)) + 0.08 cos(4 pi n / (M - 1))), float32."""
+    return _window("blackman", M, (0.42, 0.5, 0.08))
+
+
+def bartlett(M: int) -> Array:
+    """The triangular Bartlett window, float32."""
+    if int(M) != M: raise TypeError(at_user_line(f"bartlett: M must be an integer, got {M!r}"))
+    m = int(M)
+    if m < 1: return zeros((0,))
+    if m == 1: return array([1.0])
+    n = np.arange(m, dtype=np.float64)
+    return array((1 - np.abs(2 * n / (m - 1) - 1)).astype(np.float32))
+
+
+@eager_op
+def kaiser(M: int, beta: Any) -> Array:
+    """The Kaiser window i0(beta sqrt(1 - (2 n / (M - 1) - 1)^2)) / i0(beta), float32 (beta may be traced)."""
+    if int(M) != M: raise TypeError(at_user_line(f"kaiser: M must be an integer, got {M!r}"))
+    m = int(M)
+    if m < 1: return zeros((0,))
+    if m == 1: return array([1.0])
+    ratio = array((2 * np.arange(m) / (m - 1) - 1).astype(np.float32))
+    beta = as_operand(beta, "kaiser").astype(np.float32)
+    return i0(beta * sqrt(1 - ratio * ratio)) / i0(beta)
+
+
+@eager_op
+def poly(seq_of_zeros: Any) -> Array:
+    """The coefficients (highest power first) of the monic polynomial with the given roots; a square matrix gives
+    its characteristic polynomial's (from its eigenvalues: symmetric matrices only here)."""
+    roots = as_operand(seq_of_zeros, "poly")
+    if roots.ndim == 2 and roots.shape[0] == roots.shape[1] and roots.shape[0]:
+        import fnx.numpy as namespace
+        roots = namespace.linalg.eigvalsh(roots)
+    elif roots.ndim != 1:
+        raise ValueError(at_user_line(f"poly: needs 1-d roots or a square matrix, got shape {roots.shape}"))
+    roots = _inexact(roots)
+    coefficients = array(np.ones(1, roots.dtype))
+    for k in range(roots.shape[0]):  # (times (x - r_k): a static loop over the roots)
+        shifted = concatenate([coefficients, zeros((1,), roots.dtype)])
+        lowered = concatenate([zeros((1,), roots.dtype), coefficients * roots[k]])
+        coefficients = shifted - lowered
+    return coefficients
+
+
+@eager_op
+def polydiv(u: Any, v: Any, *, trim_leading_zeros: bool = False) -> tuple[Array, Array]:
+    """(quotient, remainder) of polynomial u / v (coefficients highest power first) by long division; v's leading
+    coefficient must be nonzero (as JAX: no trimming under jit)."""
+    (u, v), _ = _promote_inexact("polydiv", u, v)
+    if u.ndim != 1 or v.ndim != 1 or not v.shape[0]:
+        raise ValueError(at_user_line(f"polydiv: needs 1-d coefficient arrays, v non-empty; got {u.shape}, {v.shape}"))
+    m, n = u.shape[0] - 1, v.shape[0] - 1
+    scale = 1.0 / v[0]
+    quotient = zeros((builtins.max(m - n + 1, 1),), u.dtype)
+    remainder = u
+    for k in range(0, m - n + 1):  # (a static loop over the quotient's terms)
+        d = scale * remainder[k]
+        quotient = quotient.at[k].set(d)
+        remainder = remainder.at[k:k + n + 1].add(-d * v)
+    return quotient, remainder
+
+
+@eager_op
+def polyfit(x: Any, y: Any, deg: int, rcond: Any = None, full: bool = False, w: Any = None,
+            cov: bool = False) -> Any:
+    """Least-squares polynomial coefficients of degree `deg` (highest power first) through points (x, y), by the
+    SVD least squares of the (scaled) Vandermonde matrix; `w` weights the residuals."""
+    import fnx.numpy as namespace
+    (x, y), _ = _promote_inexact("polyfit", x, y)
+    if full or cov:
+        raise NotImplementedError("polyfit: full= and cov= are not implemented in fnx yet")
+    if x.ndim != 1 or y.ndim not in (1, 2) or y.shape[0] != x.shape[0]:
+        raise ValueError(at_user_line(f"polyfit: x must be 1-d and y have x's length, got {x.shape} and {y.shape}"))
+    lhs = vander(x, int(deg) + 1)
+    rhs = y
+    if w is not None:
+        weights = as_operand(w, "polyfit").astype(x.dtype)
+        lhs, rhs = lhs * weights[:, None], (rhs * weights if rhs.ndim == 1 else rhs * weights[:, None])
+    scale = sqrt(sum(lhs * lhs, axis=0))
+    scale = where(scale == 0, 1, scale)
+    solution = namespace.linalg.lstsq(lhs / scale, rhs, rcond=rcond)[0]
+    return (solution.T / scale).T
 
 from fnx import numpy as _numpy  # noqa: E402  (the namespace these names join)
 
