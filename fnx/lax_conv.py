@@ -24,8 +24,9 @@ from fnx import lax
 from fnx.errors import ShapeError, at_user_line
 from fnx.trace import Array, eager_op, to_array
 
-__all__ = ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated", "conv_transpose",
-           "conv_with_general_padding", "padtype_to_pads"]
+__all__ = ["ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers", "conv", "conv_dimension_numbers",
+           "conv_general_dilated", "conv_general_permutations", "conv_general_shape_tuple", "conv_shape_tuple",
+           "conv_transpose", "conv_transpose_shape_tuple", "conv_with_general_padding", "padtype_to_pads"]
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -220,5 +221,51 @@ def conv_transpose(lhs: Any, rhs: Any, strides: Sequence[int], padding: Any, rhs
                                 dimension_numbers=spec, precision=precision,
                                 preferred_element_type=preferred_element_type)
 
+
+
+ConvGeneralDilatedDimensionNumbers = Any  # (the accepted forms: None, three strings, a ConvDimensionNumbers)
+
+
+def conv_general_permutations(dimension_numbers: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The axis permutations (lhs, rhs, out) that string dimension numbers describe."""
+    lhs, rhs, out = dimension_numbers
+    spec = conv_dimension_numbers((0,) * len(lhs), (0,) * len(rhs), (lhs, rhs, out))
+    return spec.lhs_spec, spec.rhs_spec, spec.out_spec
+
+
+def conv_shape_tuple(lhs_shape: Sequence[int], rhs_shape: Sequence[int], strides: Sequence[int], pads: Any,
+                     batch_group_count: int = 1) -> tuple[int, ...]:
+    """The output shape of an NCHW / OIHW convolution with explicit (low, high) pads (or a padding string)."""
+    if isinstance(pads, str): pads = padtype_to_pads(lhs_shape[2:], rhs_shape[2:], strides, pads)
+    spatial = [builtin_max((n + lo + hi - k) // s + 1, 0) for n, k, s, (lo, hi) in
+               zip(lhs_shape[2:], rhs_shape[2:], strides, pads)]
+    return (lhs_shape[0] // batch_group_count, rhs_shape[0], *spatial)
+
+
+def conv_general_shape_tuple(lhs_shape: Sequence[int], rhs_shape: Sequence[int], window_strides: Sequence[int],
+                             padding: Any, dimension_numbers: Any) -> tuple[int, ...]:
+    """The output shape of conv_general_dilated (no dilation) for these shapes and dimension numbers."""
+    spec = conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers)
+    lhs = tuple(lhs_shape[i] for i in spec.lhs_spec)
+    rhs = tuple(rhs_shape[i] for i in spec.rhs_spec)
+    out = conv_shape_tuple(lhs, rhs, window_strides, padding)
+    return tuple(out[spec.out_spec.index(i)] for i in range(len(out)))
+
+
+def conv_transpose_shape_tuple(lhs_shape: Sequence[int], rhs_shape: Sequence[int], window_strides: Sequence[int],
+                               padding: Any, dimension_numbers: Any) -> tuple[int, ...]:
+    """The output shape of conv_transpose for these shapes (the input dilated by the strides)."""
+    spec = conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers)
+    lhs = [lhs_shape[i] for i in spec.lhs_spec]
+    rhs = [rhs_shape[i] for i in spec.rhs_spec]
+    if isinstance(padding, str):
+        kind = padding.upper()
+        spatial = [n * s if kind == "SAME" else n * s + builtin_max(k - s, 0) for n, k, s in
+                   zip(lhs[2:], rhs[2:], window_strides)]
+    else:
+        spatial = [(n - 1) * s + 1 + lo + hi - k + 1 for n, k, s, (lo, hi) in zip(lhs[2:], rhs[2:], window_strides,
+                                                                                  padding)]
+    out = (lhs[0], rhs[0], *spatial)
+    return tuple(out[spec.out_spec.index(i)] for i in range(len(out)))
 
 lax._extend({name: globals()[name] for name in __all__})

@@ -36,16 +36,18 @@ from fnx.errors import ShapeError, at_user_line
 from fnx.trace import Array, cast, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
 
 __all__ = [
-    "RoundingMethod", "abs", "acos", "acosh", "add", "asin", "asinh", "associative_scan", "atan", "atan2", "atanh",
-    "batch_matmul", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast", "broadcast_to_rank",
-    "cbrt", "ceil", "clamp", "clz", "collapse", "cos", "cosh", "cumlogsumexp", "cummax", "cummin", "digamma", "div",
-    "dot", "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",
+    "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
+    "acosh", "add", "asin", "asinh", "associative_scan", "atan", "atan2", "atanh", "batch_matmul", "bitwise_and",
+    "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast", "broadcast_shapes", "broadcast_to_rank", "cbrt",
+    "ceil", "clamp", "clz", "collapse", "cos", "cosh", "cumlogsumexp", "cummax", "cummin", "digamma", "div", "dot",
+    "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_index_in_dim",
     "dynamic_update_slice", "dynamic_update_slice_in_dim", "eq", "erf", "erf_inv", "erfc", "exp", "expand_dims",
-    "expm1", "floor", "full_like", "ge", "gt", "index_in_dim", "is_finite", "le", "lgamma", "log", "log1p", "logistic",
-    "lt", "map", "max", "min", "mul", "ne", "nextafter", "population_count", "pow", "reciprocal", "reduce",
-    "reduce_and", "reduce_min", "reduce_or", "reduce_precision", "reduce_window", "reduce_window_shape_tuple",
-    "reduce_xor", "rem", "reshape", "round", "rsqrt", "select", "select_n", "shift_left", "shift_right_arithmetic",
-    "shift_right_logical", "sign", "sinh", "slice_in_dim", "split", "square", "squeeze", "sub", "tan", "tanh",
+    "expm1", "floor", "full_like", "ge", "gt", "index_in_dim", "index_take", "is_finite", "le", "lgamma", "log",
+    "log1p", "logistic", "lt", "map", "max", "min", "mul", "mulhi", "ne", "nextafter", "population_count", "pow",
+    "reciprocal", "reduce", "reduce_and", "reduce_min", "reduce_or", "reduce_precision", "reduce_window",
+    "reduce_window_shape_tuple", "reduce_xor", "rem", "reshape", "round", "rsqrt", "select", "select_n",
+    "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sinh", "slice_in_dim", "split",
+    "square", "squeeze", "sub", "tan", "tanh",
 ]
 
 # fnx.lax's own primitives, before this module's strict versions replace them in fnx.lax's namespace (_extend)
@@ -1074,5 +1076,74 @@ def reduce_window(operand, init_value, computation: Callable, window_dimensions:
     start = _lax.broadcast_in_dim(fill, out_shape, ())
     return with_weak(to_array(computation(start, acc) if acc is not None else start), a.weak_type)
 
+
+
+# ---- names of options and types, and a few more ops ----
+
+class Precision(enum.Enum):
+    """jax.lax.Precision: accepted by dot_general / conv and ignored (fnx computes in the operands' dtype, 16-bit
+    floats accumulating in float32)."""
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+class GatherScatterMode(enum.Enum):
+    """jax.lax.GatherScatterMode: what out-of-range indices do (fnx's indexing: CLIP for gathers, FILL_OR_DROP for
+    scatters, as jnp's defaults)."""
+    CLIP = 0
+    FILL_OR_DROP = 1
+    PROMISE_IN_BOUNDS = 2
+    ONE_HOT = 3
+
+
+DotDimensionNumbers = tuple  # ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))
+PrecisionLike = Any
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """The shape numpy broadcasting gives these shapes (ValueError when they do not broadcast)."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ValueError(f"broadcast_shapes: incompatible shapes for broadcasting: {[tuple(s) for s in shapes]}") \
+            from None
+
+
+def mulhi(x, y, /) -> Array:
+    """The high half of the full-width product of two integers of one dtype (jax.lax.mulhi), wrapping as the
+    hardware does."""
+    (a, b), _ = _operands("mulhi", x, y)
+    d = a.uop.dtype
+    _check_dtype("mulhi", a, d.is_int, "integer")
+    bits = 8 * d.itemsize
+    if bits <= 16:  # (the full product fits a 32-bit integer)
+        wide = dtypes.uint32 if d.is_unsigned else dtypes.int32
+        product = _mul(_convert(a, wide), _convert(b, wide))
+        return _convert(_shift_right(product, _full(product.shape, bits, wide)), d)
+    # four half-width partial products (32 or 64 bits): the high word with every carry
+    half, unsigned = bits // 2, _unsigned(d)
+    ua, ub = _convert(a, unsigned), _convert(b, unsigned)
+    low_mask = _full(ua.shape, (1 << half) - 1, unsigned)
+    shift = _full(ua.shape, half, unsigned)
+    a_lo, a_hi = _and(ua, low_mask), _shift_right(ua, shift)
+    b_lo, b_hi = _and(ub, low_mask), _shift_right(ub, shift)
+    lo_lo, hi_lo, lo_hi, hi_hi = _mul(a_lo, b_lo), _mul(a_hi, b_lo), _mul(a_lo, b_hi), _mul(a_hi, b_hi)
+    middle = _add(_add(_shift_right(lo_lo, shift), _and(hi_lo, low_mask)), _and(lo_hi, low_mask))
+    high = _add(_add(_add(hi_hi, _shift_right(hi_lo, shift)), _shift_right(lo_hi, shift)),
+                _shift_right(middle, shift))
+    if not d.is_unsigned:  # (signed: subtract b where a < 0 and a where b < 0, modulo the width)
+        zero = _full(a.shape, 0, d)
+        high = _sub(high, _convert(_select(_lt(a, zero), b, zero), unsigned))
+        high = _sub(high, _convert(_select(_lt(b, zero), a, zero), unsigned))
+    return _convert(high, d)
+
+
+def index_take(src, idxs, axes: Sequence[int]) -> Array:
+    """src indexed along `axes` by the columns of `idxs` (jax.lax.index_take: idxs[:, i] indexes axis axes[i])."""
+    src, idxs = to_array(src), to_array(idxs)
+    index = [slice(None)] * src.ndim
+    for i, axis in enumerate(axes): index[axis] = idxs[:, i]
+    return src[tuple(index)]
 
 _lax._extend({name: globals()[name] for name in __all__})

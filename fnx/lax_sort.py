@@ -20,7 +20,7 @@ from fnx import dtypes, lax
 from fnx.errors import at_user_line
 from fnx.trace import Array, eager_op, to_array
 
-__all__ = ["sort", "sort_key_val", "top_k"]
+__all__ = ["approx_max_k", "approx_min_k", "sort", "sort_key_val", "top_k"]
 
 
 def order_keys(x: Array, descending: bool = False, signed_zeros: bool = False) -> Array:
@@ -91,5 +91,28 @@ def top_k(operand: Any, k: int) -> tuple[Array, Array]:
     order = lax.slice_in_dim(order, 0, int(k), axis=-1)
     return jnp.take_along_axis(x, order, -1), order
 
+
+
+def approx_max_k(operand: Any, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True) -> tuple[Array, Array]:
+    """The k largest entries along `reduction_dimension` and their indices (jax.lax.approx_max_k); fnx returns
+    the exact top k, which meets any recall target."""
+    from fnx import numpy as jnp
+    x = to_array(operand)
+    axis = reduction_dimension % x.ndim
+    values, index = top_k(jnp.moveaxis(x, axis, -1), k)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(index, -1, axis)
+
+
+def approx_min_k(operand: Any, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True) -> tuple[Array, Array]:
+    """The k smallest entries and their indices (exact, as approx_max_k)."""
+    from fnx import numpy as jnp
+    x = to_array(operand)
+    axis = reduction_dimension % x.ndim
+    order = argsort_keys([jnp.moveaxis(x, axis, -1)], x.ndim - 1)
+    order = lax.slice_in_dim(order, 0, int(k), axis=-1)
+    values = jnp.take_along_axis(jnp.moveaxis(x, axis, -1), order, -1)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(order, -1, axis)
 
 lax._extend({name: globals()[name] for name in __all__})
