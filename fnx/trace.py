@@ -197,8 +197,15 @@ class Array:
                     "value is needed (bool(), int(), float(), np.asarray, or a Python `if`). Under jit, use "
                     "fnx.numpy.where or fnx.lax.cond for value-dependent choices, or mark the argument static "
                     "with static_argnums"))
-            if state.bindings:
-                return np.asarray(Array(realize([substitute(self.uop, state.bindings)])[0]).__array__())
+            if state.bindings:  # (a transform of concrete values: the outer trace's inputs have values)
+                bound = substitute(self.uop, state.bindings)
+                if any(u.op is Ops.PARAM for u in bound.toposort):  # an inner trace's input (checkpoint, custom_vjp)
+                    raise error(at_user_line(
+                        f"a value of shape {self.shape} and dtype {self._dtype} traced inside checkpoint (or another "
+                        "transform that traces its function) was used where a concrete value is needed (bool(), "
+                        "int(), float(), np.asarray, or a Python `if`); its value is not known while that function "
+                        "is traced. Use fnx.numpy.where or fnx.lax.cond, or compute it outside"))
+                return np.asarray(Array(realize([bound])[0]).__array__())
             self.uop = realize([self.uop])[0]
         buffer = self._buffer  # read back through its device's allocator (host memory: a read-only view, no copy)
         if buffer.is_deleted: raise buffer.deleted_error(self._shape)

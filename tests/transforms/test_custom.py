@@ -330,3 +330,14 @@ def test_checkpoint_of_a_function_that_ignores_an_argument():
     gx, gy = fnx.grad(f, argnums=(0, 1))(x, y)
     assert float(gx) == 0.0
     np.testing.assert_allclose(float(gy), 2 * np.cos(0.7), rtol=1e-6)
+
+
+def test_concrete_value_inside_checkpoint_under_grad_is_a_clear_error():
+    """float() of a value traced inside checkpoint under grad: JAX's ConcretizationTypeError (it crashed the
+    process before: the inner trace's input was compiled in with no buffer behind it)."""
+    def f(x):
+        return jnp.sin(x).sum() * float(x.sum())
+    with pytest.raises(fnx.errors.ConcretizationTypeError, match="traced inside checkpoint"):
+        fnx.grad(fnx.checkpoint(f))(jnp.ones(3))
+    # plain grad of concrete inputs reads the value (a constant to the derivative): cos(x) * sum(x)
+    np.testing.assert_allclose(np.asarray(fnx.grad(f)(jnp.ones(3))), np.full(3, np.cos(1.0) * 3), rtol=1e-6)
