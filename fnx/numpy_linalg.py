@@ -255,6 +255,17 @@ def _tournament(n: int) -> np.ndarray:
     return np.array(rounds, np.int32)
 
 
+def _rotation(pp: Array, qq: Array, pq: Array, first: Array) -> tuple[Array, Array, Array]:
+    """The Jacobi rotation that zeroes the (p, q) entry of the symmetric 2 x 2 block [[pp, pq], [pq, qq]]
+    (Golub and Van Loan's sym.schur2): its tangent t, cosine c and the sine signed per index (+s at p, -s at q)."""
+    off = pq != 0
+    tau = (qq - pp) / (2 * jnp.where(off, pq, 1))
+    t = jnp.where(tau >= 0, 1.0, -1.0).astype(pp.dtype) / (jnp.abs(tau) + jnp.sqrt(1 + tau * tau))
+    t = jnp.where(off, t, 0)
+    c = 1 / jnp.sqrt(1 + t * t)
+    return t, c, jnp.where(first, t * c, -t * c)
+
+
 def _jacobi_eigh(a: Array) -> tuple[Array, Array]:
     """Eigenvalues (ascending) and eigenvectors of symmetric matrices by the parallel cyclic Jacobi method."""
     n = a.shape[-1]
@@ -271,12 +282,7 @@ def _jacobi_eigh(a: Array) -> tuple[Array, Array]:
         diagonal = jnp.diagonal(work, axis1=-2, axis2=-1)
         a_pp, a_qq = jnp.take(diagonal, p, axis=-1), jnp.take(diagonal, q, axis=-1)
         a_pq = jnp.take(jnp.reshape(work, work.shape[:-2] + (size * size,)), p * size + q, axis=-1)
-        off = a_pq != 0
-        tau = (a_qq - a_pp) / (2 * jnp.where(off, a_pq, 1))
-        t = jnp.where(tau >= 0, 1.0, -1.0).astype(a.dtype) / (jnp.abs(tau) + jnp.sqrt(1 + tau * tau))
-        t = jnp.where(off, t, 0)
-        c = 1 / jnp.sqrt(1 + t * t)
-        s = jnp.where(first, t * c, -t * c)  # G[p, q] = s, G[q, p] = -s
+        t, c, s = _rotation(a_pp, a_qq, a_pq, first)  # G[p, q] = s, G[q, p] = -s
         # G's column j: c_j at row j, and at row partner(j) the entry of row partner(j), s' of that index
         s_of_partner = jnp.take(s, partner, axis=-1) if s.ndim == 1 else jnp.take_along_axis(
             s, jnp.broadcast_to(partner, s.shape), axis=-1)
@@ -363,12 +369,7 @@ def _jacobi_svd(a: Array) -> tuple[Array, Array, Array]:
         cross = jnp.sum(work * other, axis=-2)                   # a_i . a_partner(i)
         alpha = jnp.where(first, norms, jnp.take(norms, partner, axis=-1))   # the pair's p column
         beta = jnp.where(first, jnp.take(norms, partner, axis=-1), norms)    # and q column
-        off = cross != 0
-        zeta = (beta - alpha) / (2 * jnp.where(off, cross, 1))
-        t = jnp.where(zeta >= 0, 1.0, -1.0).astype(a.dtype) / (jnp.abs(zeta) + jnp.sqrt(1 + zeta * zeta))
-        t = jnp.where(off, t, 0)
-        c = 1 / jnp.sqrt(1 + t * t)
-        s = jnp.where(first, t * c, -t * c)
+        _, c, s = _rotation(alpha, beta, cross, first)
         s_of_partner = jnp.take(s, partner, axis=-1)
         work = work * c[..., None, :] + other * s_of_partner[..., None, :]
         vectors = vectors * c[..., None, :] + jnp.take(vectors, partner, axis=-1) * s_of_partner[..., None, :]

@@ -113,6 +113,11 @@ def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, meth
     return jnp.sum(before, axis=-1, dtype=jnp.int32)
 
 
+def _firsts(keys: Array) -> Array:
+    """Where a sorted 1-d array of order keys starts a run of equal ones (its distinct values' first places)."""
+    return jnp.concatenate([jnp.ones((min(keys.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+
+
 class _UniqueAll(NamedTuple):
     values: Array
     indices: Array
@@ -146,7 +151,7 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False, re
     order = argsort_keys([x], 0)
     ordered = jnp.take(x, order)
     keys = order_keys(ordered)
-    first = jnp.concatenate([jnp.ones((min(n, 1),), bool), keys[1:] != keys[:-1]])
+    first = _firsts(keys)
     if not equal_nan and ordered.dtype.kind == "f": first = first | jnp.isnan(ordered)
     group = jnp.cumsum(first, dtype=jnp.int32) - 1
     if size is None:
@@ -313,7 +318,7 @@ def setdiff1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | No
     """The sorted distinct elements of ar1 that are not in ar2."""
     a = sort(jnp.ravel(jnp.asarray(ar1)))
     keys = order_keys(a)
-    first = jnp.concatenate([jnp.ones((min(a.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    first = _firsts(keys)
     return _set_result(a, first & ~isin(a, ar2), size, fill_value, "setdiff1d", default_fill=0)
 
 
@@ -325,7 +330,7 @@ def intersect1d(ar1: Any, ar2: Any, assume_unique: bool = False, return_indices:
     a, b = jnp.ravel(jnp.asarray(ar1)), jnp.ravel(jnp.asarray(ar2))
     ordered = sort(a)
     keys = order_keys(ordered)
-    first = jnp.concatenate([jnp.ones((min(ordered.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    first = _firsts(keys)
     values = _set_result(ordered, first & isin(ordered, b), size, fill_value, "intersect1d")
     if not return_indices: return values
     count = values.shape[0]
@@ -344,7 +349,7 @@ def setxor1d(ar1: Any, ar2: Any, assume_unique: bool = False, *, size: int | Non
     a, b = jnp.ravel(jnp.asarray(ar1)), jnp.ravel(jnp.asarray(ar2))
     ordered = sort(jnp.concatenate([a, b]))
     keys = order_keys(ordered)
-    first = jnp.concatenate([jnp.ones((min(ordered.shape[0], 1),), bool), keys[1:] != keys[:-1]])
+    first = _firsts(keys)
     return _set_result(ordered, first & (isin(ordered, a) != isin(ordered, b)), size, fill_value, "setxor1d")
 
 jnp._extend({name: globals()[name] for name in __all__})
