@@ -1,4 +1,6 @@
 """fnx: composable function transformations (jit, grad, vmap) with its own kernel compiler."""
+from importlib import metadata as _metadata
+
 from fnx import dtypes, errors, lax, tree, tree_util
 from fnx.checkpoint_io import load, save
 from fnx.devices import default_device, device_count, device_put, devices, local_device_count, local_devices
@@ -21,6 +23,7 @@ from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E
 from fnx import dlpack, scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
+from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config.update; fnx.profiler.trace)
 from fnx.api import (ShapedArray, clear_caches, default_backend, device_get, eval_shape, jacobian,  # noqa: E402
                      make_jaxpr, named_call, named_scope, pure_callback, typeof)
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
@@ -28,14 +31,20 @@ from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the in
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
 from fnx.backends import cuda as _cuda  # noqa: E402,F401  (registers cuda: GPUs, or one compile-only device with NVRTC)
 
-__all__ = ["Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray", "block_until_ready",
-           "checkpoint", "clear_caches", "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device",
-           "device_count", "device_get", "device_put", "devices", "disable_jit", "distributed", "dlpack", "dtypes",
-           "errors", "eval_shape", "grad", "hessian", "host_count", "host_id", "jacfwd", "jacobian", "jacrev", "jit",
-           "jvp", "lax", "linearize", "load", "local_device_count", "local_devices", "make_array_from_callback",
-           "make_graph", "make_jaxpr", "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim",
-           "process_count", "process_index", "process_indices", "pure_callback", "random", "remat", "save", "scipy",
-           "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
+try:
+    __version__ = _metadata.version("fnx")
+except _metadata.PackageNotFoundError:  # (run from a source tree that was not installed)
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__", "Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray",
+           "block_until_ready", "checkpoint", "clear_caches", "config", "custom_jvp", "custom_vjp", "debug",
+           "default_backend", "default_device", "device_count", "device_get", "device_put", "devices", "disable_jit",
+           "distributed", "dlpack", "dtypes", "errors", "eval_shape", "grad", "hessian", "host_count", "host_id",
+           "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count",
+           "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call",
+           "named_scope", "nn", "numpy", "optim", "process_count", "process_index", "process_indices", "profiler",
+           "pure_callback", "random", "remat", "save", "scipy", "shard_map", "sharding", "test_util", "tree",
+           "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
 
 
 def host_id() -> int:

@@ -19,6 +19,7 @@ class Config:
     distributed_timeout: float = 300.0  # FNX_DISTRIBUTED_TIMEOUT: seconds a process waits for the others in one
                                         # exchange of fnx.distributed before it raises DistributedError
     cuda_arch: str = "sm_90"  # FNX_CUDA_ARCH: the GPU a compile-only cuda device (no GPU present) compiles for
+    explain_cache_misses: bool = False  # FNX_EXPLAIN_RETRACE: log why each jit retrace happened (what changed)
 
 
 def _positive(name: str, default: str) -> int:
@@ -46,7 +47,22 @@ def _read() -> Config:
                                 cpu_devices=_positive("FNX_CPU_DEVICES", "1"),
                                 cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native",
                                 distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"),
-                                cuda_arch=os.environ.get("FNX_CUDA_ARCH", "") or "sm_90")
+                                cuda_arch=os.environ.get("FNX_CUDA_ARCH", "") or "sm_90",
+                                explain_cache_misses=os.environ.get("FNX_EXPLAIN_RETRACE", "0") not in ("", "0"))
 
 
 config = _read()
+
+# the settings `update` may change while the program runs (the others are read once, at import)
+_UPDATABLE = {"explain_cache_misses": bool}
+
+
+def update(name: str, value) -> None:
+    """Change a setting at run time, as `jax.config.update`: `fnx.config.update("explain_cache_misses", True)`
+    (JAX's `jax_` prefix is accepted)."""
+    key = name.removeprefix("jax_")
+    if key not in _UPDATABLE:
+        raise AttributeError(f"fnx.config.update: unknown or import-time-only setting {name!r}; settable at run time: "
+                             f"{sorted(_UPDATABLE)} (the others are environment variables read at import: see "
+                             "fnx/config.py)")
+    setattr(config, key, _UPDATABLE[key](value))

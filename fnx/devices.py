@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fnx import tree_util
+from fnx import events, tree_util
 from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, get_device, platform_devices
 from fnx.backends.device import platform_of, processes
 from fnx.errors import at_user_line
@@ -85,7 +85,8 @@ def device_put(x: Any, device: Any = None) -> Any:
         weak = isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic)
         array = to_array(leaf) if weak else None  # Python scalars keep their weak type and canonical dtype
         if array is not None: value = np.asarray(value, dtype=array.dtype)
-        buf = get_device(target).allocator.from_numpy(value)
+        with events.span("transfer", f"host -> {target}", bytes=value.nbytes, src="host", dst=target):
+            buf = get_device(target).allocator.from_numpy(value)
         return Array.from_buffer(buf, tuple(value.shape), weak)
     return tree_util.tree_map(put, x)
 

@@ -14,6 +14,7 @@ docs/JAX_DIFFERENCES.md.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 from fractions import Fraction
@@ -66,7 +67,7 @@ def _float_math(compute):
         dt = _dt(arrs[0])
         if dt.itemsize >= 4: return compute(*arrs)
         return cast(compute(*(cast(a, dtypes.float32) for a in arrs)), dt)
-    return run
+    return functools.update_wrapper(run, compute)  # (its signature is compute's)
 
 
 # ---- creation ----
@@ -769,6 +770,7 @@ def _odd(compute):
 
 def _float_ufunc(name: str, compute, doc: str, derivative=None):
     compute = _float_math(compute)
+    compute.__name__ = compute.__qualname__ = name  # what graphs and kernel names call it ('tanh', not 'run')
     return elementwise(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
 
 

@@ -9,6 +9,8 @@ raise UnsupportedError. Shapes that decide a result's shape (bincount's `length`
 """
 from __future__ import annotations
 
+import functools
+
 import builtins
 import math
 import operator
@@ -1208,6 +1210,7 @@ def _alias(name: str, target: str) -> Any:
     import fnx.numpy as namespace  # (a name fnx.numpy defines before this module joins it)
     function = getattr(namespace, target)
 
+    @functools.wraps(function)  # (help() shows the target's signature)
     def alias(*args: Any, **kwargs: Any) -> Any:
         return function(*args, **kwargs)
     alias.__name__, alias.__qualname__ = name, name

@@ -108,15 +108,17 @@ def _toposort_new(root: UOp, memo: dict[UOp, UOp]) -> list[UOp]:
     return postorder(root, lambda u: u.src, memo)
 
 
-def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """Replace the nodes in `mapping` (and rebuild everything above them).
+def substitute(root: UOp, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None = None) -> UOp:
+    """Replace the nodes in `mapping` (and rebuild everything above them). `memo`, when given, receives every
+    visited node's replacement (what each old node became).
 
     PARAMs are scoped: inside the body of a call or control node, the PARAMs of that node's own tag are its
     parameters, not the mapping's. One body is shared (hash-consed) by every call of a checkpointed function;
     binding one call's PARAMs must not rewrite the bodies of the other calls it reaches."""
     tags = {p.arg.tag for p in mapping if p.op is Ops.PARAM}
     shadows = (lambda u: u.binds in tags) if tags else (lambda u: False)
-    memo = dict(mapping)
+    memo = dict(mapping) if memo is None else memo
+    memo.update(mapping)
     for u in postorder(root, lambda u: u.operands if shadows(u) else u.src, memo):
         if shadows(u):
             inner = {k: v for k, v in mapping.items() if not (k.op is Ops.PARAM and k.arg.tag == u.binds)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -817,7 +818,22 @@ def elementwise(name: str, compute: Callable, to_float: bool = False, numeric: b
         return with_weak(out, weak and out.uop.dtype == arrays[0].uop.dtype)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"Elementwise {name} with numpy broadcasting and JAX type promotion. Returns an Array."
+    fn.__signature__ = _ufunc_signature(compute)
     return eager_op(fn)
+
+
+def _ufunc_signature(compute: Callable) -> inspect.Signature | None:
+    """`(x, /)` or `(x1, x2, /)`, as numpy's and JAX's ufuncs, from the arity of `compute` (None when it takes
+    *args: help() then shows that)."""
+    try:
+        params = list(inspect.signature(compute).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params): return None
+    params = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    if not params: return None
+    names = ["x"] if len(params) == 1 else [f"x{i + 1}" for i in range(len(params))]
+    return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
 
 
 _ARRAY_LIKE = (Array, np.ndarray, np.generic, bool, int, float, list, tuple)

@@ -20,6 +20,7 @@ from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, Host
                                  ObjectCache,
                                  Pending, Program, RemoteDevice, Renderer, Runtime, Stream, Transfer, check_platform,
                                  get_device, processes, register_runtime)
+from fnx import events
 from fnx.backends import native_pool
 from fnx.backends.cpu_beam import kernel_timers
 from fnx.backends.cpu_target import host_target
@@ -391,7 +392,7 @@ class CPUExecutable(Executable):
         memory-plan slots. None (nothing done) unless the stream is idle and every input is computed (an entry of
         `inputs` may be None: an Array with no buffer yet)."""
         stream = self.stream
-        if stream.finished != stream.submitted or self.queue_when_idle or config.debug: return None
+        if stream.finished != stream.submitted or self.queue_when_idle or events.active: return None
         ptrs = self.no_addresses.copy()
         k = 0
         for buf in inputs:
@@ -438,12 +439,11 @@ class CPUExecutable(Executable):
                 if self.has_control:  # host steps read buffers, not addresses
                     buffers[i] = Buffer(self.device, dtype, size, slots[slot][0][:size * dtype.itemsize].view(
                         dtype.np), ptrs[i])
-        debug = config.debug
         for kernel, func, addresses, whole, chunks in self.launches:
             if func is None:
                 self._control(kernel, buffers, ptrs)
                 continue
-            if debug: start = time.perf_counter()
+            if reporting := events.active: start = time.perf_counter()
             values = addresses(ptrs)
             if whole is not None:
                 func(*values, *whole)
@@ -452,10 +452,7 @@ class CPUExecutable(Executable):
                 jobs = [self.pool.submit(func, *values, lo, hi) for lo, hi in chunks[1:]]
                 func(*values, *chunks[0])
                 for job in jobs: job.result()
-            if debug:
-                detail = f" {kernel.name} loops={[r.arg.size for r in kernel.ranges + kernel.reduce_ranges]}" \
-                    if debug >= 2 else ""
-                print(f"fnx: kernel{detail} {1e6 * (time.perf_counter() - start):.1f} us")
+            if reporting: self.kernel_event(kernel, start)
 
     def _run_on_native_workers(self, kernel, func, values: tuple, chunks: tuple) -> bool:
         """Run the chunks with the native worker pool (the first on this thread); False when it is not available."""
@@ -466,12 +463,14 @@ class CPUExecutable(Executable):
     def _control(self, step, buffers: list[Buffer], ptrs: list[int]) -> None:
         """Run a host step: a transfer, or a control-flow node whose bodies are compiled functions called from a
         host loop."""
+        start = time.perf_counter()
         if isinstance(step, TransferStep):
             source, target = buffers[step.inputs[0]], get_device(step.device).allocator
             copy = target.alloc(source.dtype, source.size)
             if not target.transfer(copy, source):
                 target.copyin(copy, get_device(source.device).allocator.copyout(source))
             buffers[step.outputs[0]], ptrs[step.outputs[0]] = copy, copy.ptr
+            if events.active: self.transfer_event(source, step.device, start)
             return
 
         def prepare(fn: UOp):
@@ -486,6 +485,7 @@ class CPUExecutable(Executable):
         for out_id, value in zip(step.outputs, values):
             buffers[out_id] = Buffer.from_numpy(self.device, value)
             ptrs[out_id] = buffers[out_id].ptr
+        events.finished("host", f"{self.label}:{step.name}", start, device=self.device)
 
     def as_text(self, stage: str | None = None) -> str:
         if stage in STAGES: return self.lowering.as_text(stage)

@@ -384,6 +384,9 @@ class CUDADevice(Device):
     def executable(self, fn: UOp) -> CUDAExecutable:
         return CUDAExecutable(fn, self)
 
+    def synchronize(self) -> None:
+        if not self.compile_only: _check(self.driver.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
     def kernel_timers(self):
         return None if self.compile_only else grid_beam.kernel_timers(self)  # (compile-only: nothing to time)
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fnx import dtypes
+from fnx import dtypes, events
 from fnx.cache_files import write_atomically
 from fnx.config import config
 from fnx.dtypes import DType
@@ -498,6 +498,19 @@ class Executable:
     items: list = []
     buffers: list = []
     output_ids: list[int] = []
+    label: str = "eager"  # whose program it is in FNX_DEBUG and the profiler: the jitted function's name
+
+    def kernel_event(self, kernel: Any, start: float) -> None:
+        """Report one launch of `kernel` (a lowered Kernel) that began at `start` and has finished: its name within
+        this executable's function, shape, estimated bytes and FLOPs (see fnx.events)."""
+        flops, moved = self.lowering.cost(kernel)
+        events.finished("kernel", f"{self.label}:{kernel.name}", start, device=self.device, bytes=moved,
+                        flops=flops, loops=[r.arg.size for r in kernel.ranges + kernel.reduce_ranges],
+                        actions=list(kernel.opts))
+
+    def transfer_event(self, source: Buffer, device: str, start: float) -> None:
+        events.finished("transfer", f"{self.label}: {source.device} -> {device}", start,
+                        bytes=source.size * source.dtype.itemsize, src=source.device, dst=device)
 
     def __call__(self, inputs: list[Buffer]) -> list[Buffer]: raise NotImplementedError
 
@@ -562,6 +575,10 @@ class Device:
         """Kernel `name` of a binary the compiler made (used by the generic replay)."""
         raise NotImplementedError
 
+    def synchronize(self) -> None:
+        """Wait until the work queued on this device has finished (the profiler times kernels so); host devices
+        run their kernels synchronously."""
+
     def kernel_timers(self) -> Callable | None:
         """What FNX_BEAM times schedules with: `measure(kernel, target)` returns `timer(kernels) -> seconds` that
         runs them on this device; None when the device cannot time kernels (BEAM then keeps the heuristics)."""
@@ -570,8 +587,19 @@ class Device:
     def compile(self, fn: UOp) -> Executable:
         """The cached Executable of FUNCTION `fn` on this device (compiled on first use)."""
         key = (fn.src[0], tuple((a.dtype, a.shape) for a in fn.src[1:]), self.name)  # unused inputs count too
-        if (exe := _executables.get(key)) is None: exe = _executables.put(key, self.executable(fn))
-        return exe
+        if (exe := _executables.get(key)) is not None:
+            if events.active: events.instant("cache", f"{events.current_name()} on {self.name}: compiled program "
+                                             "reused (same graph)")
+            return exe
+        cache = getattr(self.compiler, "cache", None)
+        hits, misses = (cache.hits, cache.misses) if cache is not None else (0, 0)
+        with events.span("compile", f"{events.current_name()} on {self.name}") as found:
+            exe = self.executable(fn)
+            exe.label = events.current_name()
+            kernels = [item for item in exe.items if isinstance(item, Launch)]
+            found.update(kernels=len(kernels))
+            if cache is not None: found.update(cache_hits=cache.hits - hits, cache_misses=cache.misses - misses)
+        return _executables.put(key, exe)
 
     def __repr__(self) -> str:
         return f"{self.platform.capitalize()}Device(id={self.id})"

@@ -176,6 +176,9 @@ class CLDevice(Device):
     def executable(self, fn: UOp) -> ReplayExecutable:
         return ReplayExecutable(fn, self)
 
+    def synchronize(self) -> None:
+        self.queue.finish()
+
     def kernel_timers(self):
         return grid_beam.kernel_timers(self)
 

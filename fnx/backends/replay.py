@@ -5,8 +5,11 @@ backend replays its items its own way (a lean call path, native worker threads, 
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from fnx import events
 from fnx.backends.control import run_control
 from fnx.backends.device import Buffer, Device, Executable, HostCall, Launch, Transfer, check_platform, get_device
 from fnx.lower.pipeline import STAGES, lower
@@ -26,6 +29,7 @@ class ReplayExecutable(Executable):
         self.source = device.renderer.render(kernels) if kernels else ""
         binary = device.compiler.compile(self.source) if kernels else b""
         self.steps: dict[str, HostStep] = {}
+        self.kernel_of = {kernel.name: kernel for kernel, lines in self.lowering.kernels if lines is not None}
         self.items: list = []
         for kernel, lines in self.lowering.kernels:
             if isinstance(kernel, TransferStep):
@@ -55,15 +59,24 @@ class ReplayExecutable(Executable):
         for i, spec in self.allocated:  # (transfers and host steps make their outputs)
             buffers[i] = get_device(spec.device or self.device).allocator.alloc(spec.dtype, spec.size)
         for item in self.items:
+            if reporting := events.active:  # (each step waits for its device, so that its time is its own)
+                start = time.perf_counter()
             if isinstance(item, Launch):
                 self.programs[item.kernel](*[buffers[b] for b in item.buffers], dims=item.dims)
+                if reporting:
+                    get_device(item.device).synchronize()
+                    self.kernel_event(self.kernel_of[item.kernel], start)
             elif isinstance(item, Transfer):
                 source, target = buffers[item.src], get_device(item.device).allocator
                 buffers[item.dst] = copy = target.alloc(source.dtype, source.size)
                 if not target.transfer(copy, source):
                     target.copyin(copy, get_device(source.device).allocator.copyout(source))
+                if reporting:
+                    get_device(item.device).synchronize()
+                    self.transfer_event(source, item.device, start)
             else:
                 self._host_call(self.steps[item.name], buffers)
+                if reporting: events.finished("host", f"{self.label}:{item.name}", start, device=self.device)
         return [buffers[b] for b in self.output_ids]
 
     def _host_call(self, step: HostStep, buffers: list) -> None:

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 from fnx.uop import GroupOp, Ops, UOp
 
-_SHORT = {"bool": "bool", "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int8": "i8",
-          "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
-          "uint64": "u64"}
+SHORT_DTYPES = {"bool": "bool", "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+                "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
+                "uint32": "u32", "uint64": "u64"}
 
 
 def type_str(u: UOp) -> str:
-    return f"{_SHORT.get(u.dtype.name, u.dtype.name)}[{','.join(map(str, u.shape))}]"
+    return f"{SHORT_DTYPES.get(u.dtype.name, u.dtype.name)}[{','.join(map(str, u.shape))}]"
 
 
-def _arg_str(u: UOp) -> str:
+def arg_str(u: UOp) -> str:
     if u.op is Ops.REDUCE: return f"{u.arg.op.name.lower()} axes={u.arg.axes}"
     if u.op is Ops.FLIP: return f"axes={tuple(i for i, f in enumerate(u.arg) if f)}"
     if u.op is Ops.INDEX: return f"axis={u.arg}"
@@ -28,7 +28,7 @@ def _arg_str(u: UOp) -> str:
     return ""
 
 
-def _call_name(u: UOp) -> str:
+def call_name(u: UOp) -> str:
     """'call custom_jvp(tanh)', 'call checkpoint(f)', ...: what kind of call and of which function."""
     kind = getattr(u.arg, "kind", "function")
     fun = getattr(getattr(u.arg, "fun", None), "__name__", "") or getattr(u.arg, "name", "")
@@ -46,7 +46,7 @@ def format_function(fn: UOp, name: str = "function") -> str:
         if u in names or u is body: continue
         if u.op in (Ops.CALL, Ops.FUNCTION) or u.op in GroupOp.Control:
             names[u] = f"c{len(names)}"
-            kind = _call_name(u) if u.op is not Ops.COND and u.op not in GroupOp.Control else u.op.name.lower()
+            kind = call_name(u) if u.op is not Ops.COND and u.op not in GroupOp.Control else u.op.name.lower()
             body_sizes = "/".join(str(len(b.toposort)) for b in u.src[:len(u.src) - len(u.operands)])
             lines.append(f"  {names[u]} = {kind} {' '.join(names[s] for s in u.operands)}  # body nodes: {body_sizes}")
             continue
@@ -59,7 +59,7 @@ def format_function(fn: UOp, name: str = "function") -> str:
             continue
         names[u] = f"v{len(names) - len(params)}"
         operands = " ".join(names[s] for s in u.src)
-        detail = repr(u.arg.value) if u.op is Ops.CONST else _arg_str(u)
+        detail = repr(u.arg.value) if u.op is Ops.CONST else arg_str(u)
         dtype = f" to {u.dtype.name}" if u.op in (Ops.CAST, Ops.BITCAST) else ""
         text = " ".join(part for part in (f"{u.op.name.lower()}{dtype}", operands, detail) if part)
         lines.append(f"  {names[u]}: {type_str(u)} = {text}")

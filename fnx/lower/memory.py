@@ -82,11 +82,11 @@ def _accesses(kernel: Kernel, op: Ops) -> list:
     return [(kernel.args[u.src[0].arg.slot], u) for u in kernel.sink.toposort if u.op is op]
 
 
-def _reads(step) -> set[int]:
+def kernel_reads(step) -> set[int]:
     return set(step.inputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
 
 
-def _writes(step) -> set[int]:
+def kernel_writes(step) -> set[int]:
     return set(step.outputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.STORE)}
 
 
@@ -99,10 +99,10 @@ def _in_place(step, donated: int, out: int) -> bool:
     value depends on the read), and different iterations, including those of other threads, touch different
     elements, so no read ever sees a write.
     """
-    if donated not in _reads(step): return True
+    if donated not in kernel_reads(step): return True
     if isinstance(step, HostStep): return False
     stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
-    if len(stores) != 1 or len(stores[0].src) != 3 or out in _reads(step): return False
+    if len(stores) != 1 or len(stores[0].src) != 3 or out in kernel_reads(step): return False
     index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)
     return all(u.src[1] is index and u in feeding for b, u in _accesses(step, Ops.LOAD) if b == donated)
 
@@ -119,8 +119,8 @@ def donation_aliases(schedule: Schedule, steps: list, donated: tuple[int, ...]) 
     first_write: dict[int, int] = {}
     last_read: dict[int, int] = {}
     for i, step in enumerate(steps):
-        for b in _writes(step): first_write.setdefault(b, i)
-        for b in _reads(step): last_read[b] = i
+        for b in kernel_writes(step): first_write.setdefault(b, i)
+        for b in kernel_reads(step): last_read[b] = i
     loop_outputs = {b for s in steps if isinstance(s, HostStep) for b in s.outputs}
     aliases: dict[int, int] = {}
     for p in donated:

@@ -6,12 +6,13 @@ the graph between any two stages. Backends render `Lowering.kernels` into their 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from dataclasses import dataclass
 
-from fnx import dtypes
+from fnx import dtypes, events
 from fnx.debug.printing import format_function
-from fnx.lower.cost import describe
+from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
 from fnx.lower.optimize import optimize, overridden_opts
@@ -27,8 +28,9 @@ STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
 
 
-def inline_calls(body: UOp) -> UOp:
-    """`body` with every call (GETTUPLE of FUNCTION or CALL) replaced by the callee's output on its arguments."""
+def inline_calls(body: UOp, origins: dict[UOp, str] | None = None) -> UOp:
+    """`body` with every call (GETTUPLE of FUNCTION or CALL) replaced by the callee's output on its arguments.
+    `origins`, when given, receives {inlined output node: the called function's name} (kernel names use it)."""
     calls = [u for u in body.toposort if u.op is Ops.GETTUPLE and u.src[0].op in (Ops.FUNCTION, Ops.CALL)]
     if not calls: return body
     mapping = {}
@@ -36,12 +38,36 @@ def inline_calls(body: UOp) -> UOp:
         inner_body, args = g.src[0].src[0], g.src[0].src[1:]
         params = {p: args[p.arg.slot] for p in inner_body.toposort if p.op is Ops.PARAM and p.arg.tag == _tag(g)}
         mapping[g] = substitute(inner_body.src[g.arg], params)
-    return inline_calls(substitute(body, mapping))
+        if origins is not None and (name := callee_name(g.src[0])): origins.setdefault(mapping[g], name)
+    if origins is None: return inline_calls(substitute(body, mapping))
+    memo: dict[UOp, UOp] = {}
+    body = substitute(body, mapping, memo)
+    _follow(origins, memo)
+    return inline_calls(body, origins)
 
 
-def callify(fn: UOp) -> UOp:
-    """Inline nested calls into one FUNCTION over PARAMs, then simplify."""
-    return UOp(Ops.FUNCTION, fn.dtype, (simplify_graph(inline_calls(fn.src[0])), *fn.src[1:]))
+def _follow(origins: dict[UOp, str], memo: dict[UOp, UOp]) -> None:
+    """Re-key `origins` by what each node became in a rewrite (`memo`: old node -> new node)."""
+    moved = {memo.get(u, u): name for u, name in origins.items()}
+    origins.clear()
+    origins.update(moved)
+
+
+def callee_name(call: UOp) -> str:
+    """The name of the function a FUNCTION/CALL node calls, as an identifier ('tanh', 'layer'); '' for lambdas
+    and bodies without one."""
+    name = getattr(getattr(call.arg, "fun", None), "__name__", "") or getattr(call.arg, "name", "") or ""
+    name = re.sub(r"\W", "", str(name))
+    return "" if name in ("lambda", "run", "fun", "f") or name[:1].isdigit() else name
+
+
+def callify(fn: UOp, origins: dict[UOp, str] | None = None) -> UOp:
+    """Inline nested calls into one FUNCTION over PARAMs, then simplify; `origins` as in `inline_calls`."""
+    if origins is None: return UOp(Ops.FUNCTION, fn.dtype, (simplify_graph(inline_calls(fn.src[0])), *fn.src[1:]))
+    body, memo = inline_calls(fn.src[0], origins), {}
+    body = simplify_graph(body, memo)
+    _follow(origins, memo)
+    return UOp(Ops.FUNCTION, fn.dtype, (body, *fn.src[1:]))
 
 
 def _tag(call_output: UOp) -> tuple:
@@ -67,6 +93,16 @@ class Lowering:
     kernels: list[tuple[Kernel, Linear]]
     memory: MemoryPlan
 
+    def cost(self, kernel: Kernel) -> tuple[int, int]:
+        """(estimated FLOPs, bytes moved) of one run of `kernel`, from its form before optimize (vector lanes and
+        unrolled ranges confuse the byte estimate); a kernel optimize made (an init, a PACK copy) counts its own."""
+        costs = self.__dict__.setdefault("_costs", {})
+        if kernel.name not in costs:
+            before = {k.name: k for k in self.schedule.kernels if not isinstance(k, HostStep)}
+            source = before.get(kernel.name.removesuffix("_acc"), kernel)
+            costs[kernel.name] = (kernel_flops(source), kernel_bytes(source))
+        return costs[kernel.name]
+
     def as_text(self, stage: str) -> str:
         if stage == "callify": return format_function(self.fn)
         if stage == "memory":
@@ -74,13 +110,13 @@ class Lowering:
             return (f"{len(plan.slot_of)} intermediate buffers in {len(plan.slot_bytes)} allocations: "
                     f"{plan.planned_bytes} bytes instead of {plan.unplanned_bytes}; buffer -> slot {plan.slot_of}")
         if stage == "rangeify":  # the kernel split, each kernel with its estimated FLOPs and bytes
-            return "\n".join(f"{k.name}: {_host_step_text(k)}" if isinstance(k, HostStep) else
+            return "\n".join(f"{k.name}: {host_step_text(k)}" if isinstance(k, HostStep) else
                              f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg.size for r in k.ranges]} reduce "
                              f"{[r.arg.size for r in k.reduce_ranges]}" for k in self.schedule.kernels)
         parts = []
         for kernel, lines in self.kernels:
             if lines is None:
-                parts.append(f"{kernel.name}: {_host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
+                parts.append(f"{kernel.name}: {host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
                 continue
             head = (f"kernel {kernel.name}: buffers {kernel.args}, loops "
                     f"{[r.arg.size for r in kernel.ranges]} reduce {[r.arg.size for r in kernel.reduce_ranges]}")
@@ -92,7 +128,16 @@ class Lowering:
         return "\n".join(parts)
 
 
-def _host_step_text(step: HostStep) -> str:
+def _named(kernel: Kernel | HostStep, origins: dict[UOp, str]) -> str:
+    """The kernel's name with the names of the user's functions it computes in front ('tanh_sum_div_64'): the
+    functions (jnp.tanh, a checkpointed layer, ...) whose outputs it computes, at most two."""
+    if isinstance(kernel, HostStep): return kernel.name
+    called = [origins[u] for u in kernel.sources if u in origins]
+    called = [n for n in dict.fromkeys(called) if n not in kernel.name.split("_")][:2]
+    return "_".join(called + [kernel.name])
+
+
+def host_step_text(step: HostStep) -> str:
     return f"transfer to {step.device}" if isinstance(step, TransferStep) else "host loop over compiled bodies"
 
 
@@ -110,12 +155,20 @@ def lower(fn: UOp, target: Target, emit=None, measure=None) -> Lowering:
     are done (the CPU backend compiles them while the next ones are lowered). A kernel's actions are a test's
     schedule_override's, else BEAM's when FNX_BEAM is set and the backend gave a way to time kernels (`measure`,
     fnx/lower/search.py), else the hand heuristics'."""
-    fn = callify(fn)
+    with events.span("lower", events.current_name()) as found:
+        lowering = _lower(fn, target, emit, measure)
+        found.update(kernels=sum(lines is not None for _, lines in lowering.kernels))
+    return lowering
+
+
+def _lower(fn: UOp, target: Target, emit, measure) -> Lowering:
+    origins: dict[UOp, str] = {}
+    fn = callify(fn, origins)
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
     kernels: list = []
     for i, kernel in enumerate(schedule.kernels):
-        kernel.name = f"k{i}_{kernel.name}"
+        kernel.name = f"k{i}_{_named(kernel, origins)}"
         if isinstance(kernel, HostStep):  # the runtime does it (control flow: its bodies are lowered when first run)
             kernels.append((kernel, None))
             continue

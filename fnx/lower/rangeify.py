@@ -67,6 +67,7 @@ class Kernel:
     opts: tuple = ()             # the optimization actions applied (set by optimize)
     init: tuple = ()             # (init kernel, loops that run in order) of an accumulating kernel (optimize)
     prelude: tuple = ()          # kernels that run first: PACK's copies of operands into panels (optimize)
+    sources: tuple = ()          # the graph nodes it computes (not the ones it loads), for naming it
     row_ranges: tuple | None = None  # with a stash (module doc): the output loops that must enclose the others (it
                                      # is written and read back within one of their iterations), the only ones
                                      # that may be thread-split
@@ -382,8 +383,32 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Ke
     stash, rows = builder.stash_stores()
     sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, linear_index(out_idx, u.shape), value), *stash))
     _finish(builder)
-    name = f"{'r' if builder.reduce_ranges else 'E'}_{'_'.join(map(str, u.shape)) or 'scalar'}"
-    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges, row_ranges=rows)]
+    name = f"{kernel_title(sink)}_{'x'.join(map(str, u.shape)) or 'scalar'}"
+    sources = tuple(dict.fromkeys([u, *(key[0] for key in builder.memo)]))
+    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges, sources=sources,
+                   row_ranges=rows)]
+
+
+# what a kernel's name says it does: its reductions first, then the elementwise ops worth naming (ADD and MUL only
+# when nothing else is there), so FNX_DEBUG, the profiler and the pictures tell kernels apart at a glance
+_REDUCE_TITLES = {Ops.ADD: "sum", Ops.MAX: "max", Ops.MUL: "prod", Ops.AND: "all", Ops.OR: "any"}
+_OP_TITLES = {Ops.EXP2: "exp", Ops.LOG2: "log", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.RECIP: "div", Ops.DIV: "div",
+              Ops.MOD: "mod", Ops.MAX: "max", Ops.WHERE: "where", Ops.CMPLT: "cmp", Ops.CMPNE: "cmp",
+              Ops.CAST: "cast", Ops.BITCAST: "bitcast", Ops.TRUNC: "trunc", Ops.XOR: "bits", Ops.SHL: "bits",
+              Ops.SHR: "bits", Ops.AND: "bits", Ops.OR: "bits"}
+
+
+def kernel_title(sink: UOp, parts: int = 3) -> str:
+    """A short name for the kernel under `sink` from its ops: 'dot' (a sum of products of two loads), 'sum',
+    'max', then 'exp', 'div', 'where', ...; 'add'/'mul' when those are all it computes, 'copy' when it only
+    moves data. At most `parts` words, joined by '_'."""
+    nodes = sink.toposort
+    titles = [("dot" if r.arg.op is Ops.ADD and r.src[0].op is Ops.MUL and
+               all(s.op is Ops.LOAD for s in r.src[0].src) else _REDUCE_TITLES.get(r.arg.op, "reduce"))
+              for r in nodes if r.op is Ops.REDUCE]
+    titles += [_OP_TITLES[u.op] for u in nodes if u.op in _OP_TITLES]
+    if not titles: titles = [u.op.name.lower() for u in nodes if u.op in (Ops.ADD, Ops.MUL)]
+    return "_".join(list(dict.fromkeys(titles))[:parts]) or "copy"
 
 
 def _scatter_kernels(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:

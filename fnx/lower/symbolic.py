@@ -104,9 +104,10 @@ movement = PatternMatcher([
 ])
 
 
-def simplify_graph(root: UOp) -> UOp:
-    """Array-level simplification of a graph (a FUNCTION body or any node)."""
-    return graph_rewrite(root, _array_rules)
+def simplify_graph(root: UOp, memo: dict[UOp, UOp] | None = None) -> UOp:
+    """Array-level simplification of a graph (a FUNCTION body or any node); `memo` receives what each node
+    became."""
+    return graph_rewrite(root, _array_rules, memo=memo)
 
 
 # ---- index arithmetic on kernel graphs (integers, scalar) ----

@@ -19,9 +19,11 @@ device; the summation order differs between algorithms, so they agree to roundin
 """
 from __future__ import annotations
 
+import math
+import time
 from typing import Callable
 
-from fnx import dtypes
+from fnx import dtypes, events
 from fnx.backends.device import Buffer, Executable, LRUCache, get_device, processes
 from fnx.sharding import distributed
 from fnx.uop import CollectiveArg, Ops, ParamArg, ReduceArg, UOp
@@ -241,7 +243,8 @@ def executable(arg: CollectiveArg, shape: tuple[int, ...], dtype, devices: list[
         outs = composition(arg, params, devices, algorithm)
         outs = [o if o.op is not Ops.PARAM else UOp(Ops.CONTIGUOUS, o.dtype, (o,)) for o in outs]
         fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), *params))
-        exe = _compiled.put(key, get_device(devices[0]).compile(fn))
+        with events.naming(arg.kind):  # (its kernels and copies are called psum:..., all_gather:... in events)
+            exe = _compiled.put(key, get_device(devices[0]).compile(fn))
     return exe
 
 
@@ -249,6 +252,19 @@ def run(arg: CollectiveArg, shape: tuple[int, ...], dtype, groups: list[list[str
         algorithm: Callable | None = None) -> dict[str, Buffer]:
     """Collective `arg` within each group of device names; `values[device]` is that device's input Buffer, for the
     devices of this process. Groups with devices of other processes exchange through MPI (fnx.distributed)."""
+    if events.active:  # (the profiler's view: one event for the whole collective, across every group)
+        start = time.perf_counter()
+        out = _run(arg, shape, dtype, groups, values, algorithm)
+        for buffer in out.values(): buffer.wait()  # (queued work: its time belongs here)
+        events.finished("collective", f"{arg.kind} over {arg.axis_name!r}", start, groups=len(groups),
+                        devices=sum(len(g) for g in groups),
+                        bytes=math.prod(shape) * dtype.itemsize * sum(len(g) for g in groups))
+        return out
+    return _run(arg, shape, dtype, groups, values, algorithm)
+
+
+def _run(arg: CollectiveArg, shape: tuple[int, ...], dtype, groups: list[list[str]], values: dict[str, Buffer],
+         algorithm: Callable | None = None) -> dict[str, Buffer]:
     crossing = [g for g in groups if not all(get_device(d).addressable for d in g)] if processes.count > 1 else []
     out = distributed.run_collective(arg, shape, dtype, crossing, values) if crossing else {}
     for group in groups:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import operator
 import threading
 import types
@@ -20,12 +21,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fnx import dtypes, tree_util
-from fnx.backends.device import Buffer, Executable, get_device
+from fnx import dtypes, events, tree_util
+from fnx.backends.device import Buffer, Executable, Launch, get_device
+from fnx.config import config
 from fnx.debug.callbacks import callbacks
 from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
-from fnx.errors import UnsupportedError, at_user_line
+from fnx.errors import UnsupportedError, at_user_line, user_frame
 from fnx.sharding import spmd
 from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, to_array, trace
 from fnx.uop import BufferArg, Ops, UOp
@@ -191,8 +193,26 @@ class Lowered:
         if stage == "graph": return graph
         return f"{graph}\n\n{self.executable.as_text(stage)}" if stage is None else self.executable.as_text(stage)
 
+    def draw(self, stage: str = "graph") -> Any:
+        """A picture (fnx.debug.pictures.Picture: drawn inline in Jupyter, `.save('f.svg' | 'f.png')`) of the
+        traced graph ('graph'), of a lowering stage ('callify', 'rangeify', 'optimize', 'linearize', 'memory') or
+        of the executable's run order of kernels and copies ('schedule')."""
+        from fnx.debug import pictures
+        name = self.executable.label
+        if stage == "graph": return pictures.draw_function(self.traced.fn, title=f"{name}: traced graph")
+        if stage == "schedule": return pictures.draw_schedule(self.executable)
+        lowering = getattr(self.executable, "lowering", None)
+        if lowering is None:
+            raise ValueError(f"Lowered.draw({stage!r}): the {self.device} device runs the graph without lowering it "
+                             "into kernels; only 'graph' and 'schedule' can be drawn")
+        return pictures.draw_lowering(lowering, stage)
+
     def compile(self) -> Compiled:
         return Compiled(self)
+
+    def __repr__(self) -> str:
+        launches = sum(isinstance(item, Launch) for item in self.executable.items)
+        return f"Lowered({_signature_text(self)} on {self.device}, {launches} kernels)"
 
 
 @dataclass
@@ -208,6 +228,18 @@ class Compiled:
 
     def as_text(self, stage: str | None = None) -> str:
         return self.lowered.as_text(stage)
+
+    def __repr__(self) -> str:
+        return f"Compiled({repr(self.lowered).removeprefix('Lowered(')}"
+
+
+def _signature_text(lowered: Lowered) -> str:
+    """'f(x: f32[64,128], w: f32[128,32]) -> f32[64]': the function with its argument and output types."""
+    from fnx.debug.printing import type_str
+    params = ", ".join(f"{name}: {type_str(p)}" for name, p in zip(lowered.arg_names or [f"arg{i}" for i in range(
+        len(lowered.params))], lowered.params))
+    outs = [type_str(u) for u in lowered.traced.body.src]
+    return f"{lowered.executable.label}({params}) -> {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}"
 
 
 def _check_compiled_args(lowered: Lowered, leaves: list, tree: Any) -> None:
@@ -300,9 +332,15 @@ class Jitted:
         cache = _trace_cache(fun, (self.static_argnums, self.static_argnames, self.donate_argnums, device)
                              if shareable else None)
         self._traces = 0  # how many signatures this object traced (others may share its cache)
+        self._name = getattr(fun, "__name__", None) or type(fun).__name__  # (in events, retrace explanations)
         self._cache: dict[Any, Lowered | _RunEagerly] = cache.lowered
         self._fast: dict[Any, Lowered | _RunEagerly] = cache.fast
         functools.update_wrapper(self, fun)
+
+    def __repr__(self) -> str:
+        options = [f"{k}={v}" for k, v in (("static_argnums", self.static_argnums), ("static_argnames",
+                   self.static_argnames), ("donate_argnums", self.donate_argnums), ("device", self._device)) if v]
+        return f"<fnx.jit of {self.fun!r}{' with ' + ', '.join(options) if options else ''}>"
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         """A jitted function in a class body is a method: `obj.f(x)` calls it with `obj` first, as in JAX."""
@@ -355,36 +393,46 @@ class Jitted:
         key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device)
         lowered = self._cache.get(key)
         if lowered is None:
-            flat_fun = self._with_static(static)
-            static_pos = {i for i, _ in static if isinstance(i, int)}
-            seen, callbacks.jit_tracing = callbacks.met, callbacks.jit_tracing + 1
-            try:
-                with default_device(device):  # traced for, compiled for and run on the arguments' device
-                    traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),
-                                   kind=f"jit of {getattr(self.fun, '__name__', 'a function')}")
-            finally:
-                callbacks.jit_tracing -= 1
-            self._traces += 1  # (a trace that raised is not counted: nothing was cached)
-            if callbacks.met != seen:  # a host callback (fnx.debug.print, ...): run this signature op by op
-                self._cache[key] = RUN_EAGERLY
-                return RUN_EAGERLY, leaves
-            nargs = len(dynamic) + len(static_pos)
-            static_numbers = self._static_numbers(nargs)
-            donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
-            donated = _donated_leaves(donate, static_numbers, dynamic) if donate else ()
-            dynamic_numbers = [i for i in range(nargs) if i not in static_numbers]
-            calls = spmd.has_shard_map(traced.fn)
-            if on_mesh is None and (calls or self.out_shardings is not None):
-                mesh = spmd.mesh_of(calls + _shardings_in(self.out_shardings))
-                on_mesh = spmd.Layout(mesh, [((),) * len(a[0]) for a in avals], ())
-            if on_mesh is not None:  # laid out over a mesh: partitioned, run by every device of it
-                lowered = self._cache[key] = spmd.ShardedLowered(traced, on_mesh.mesh, on_mesh.in_dims,
-                                                                 self.out_shardings)
-                return lowered, leaves
-            lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, device), donated,
-                                                 _arg_names(self._signature, dynamic_numbers, (dynamic, dyn_kwargs)),
-                                                 device)
-            if donated: _warn_unusable(lowered)
+            with events.naming(self._name):
+                return self._trace_and_compile(key, dynamic, dyn_kwargs, static, leaves, avals, on_mesh, device)
+        if events.active: events.instant("cache", f"jit {self._name}: cache hit")
+        return lowered, leaves
+
+    def _trace_and_compile(self, key: tuple, dynamic: tuple, dyn_kwargs: dict, static: tuple, leaves: list,
+                           avals: tuple, on_mesh: Any, device: str) -> tuple[Lowered, list]:
+        """The cache miss of `_lower`: explain it when asked (FNX_EXPLAIN_RETRACE), trace, partition or compile."""
+        if self._cache and (config.explain_cache_misses or events.active):
+            _explain_retrace(self, key, (dynamic, dyn_kwargs))
+        flat_fun = self._with_static(static)
+        static_pos = {i for i, _ in static if isinstance(i, int)}
+        seen, callbacks.jit_tracing = callbacks.met, callbacks.jit_tracing + 1
+        try:
+            with default_device(device), events.span("trace", self._name):  # traced for, compiled for and
+                traced = trace(flat_fun, (dynamic, dyn_kwargs), avals=list(avals),  # run on the arguments'
+                               kind=f"jit of {self._name}")                         # device
+        finally:
+            callbacks.jit_tracing -= 1
+        self._traces += 1  # (a trace that raised is not counted: nothing was cached)
+        if callbacks.met != seen:  # a host callback (fnx.debug.print, ...): run this signature op by op
+            self._cache[key] = RUN_EAGERLY
+            return RUN_EAGERLY, leaves
+        nargs = len(dynamic) + len(static_pos)
+        static_numbers = self._static_numbers(nargs)
+        donate = tuple(i + nargs if i < 0 else i for i in self.donate_argnums)
+        donated = _donated_leaves(donate, static_numbers, dynamic) if donate else ()
+        dynamic_numbers = [i for i in range(nargs) if i not in static_numbers]
+        calls = spmd.has_shard_map(traced.fn)
+        if on_mesh is None and (calls or self.out_shardings is not None):
+            mesh = spmd.mesh_of(calls + _shardings_in(self.out_shardings))
+            on_mesh = spmd.Layout(mesh, [((),) * len(a[0]) for a in avals], ())
+        if on_mesh is not None:  # laid out over a mesh: partitioned, run by every device of it
+            lowered = self._cache[key] = spmd.ShardedLowered(traced, on_mesh.mesh, on_mesh.in_dims,
+                                                             self.out_shardings)
+            return lowered, leaves
+        lowered = self._cache[key] = Lowered(traced, compile_function(traced.fn, device), donated,
+                                             _arg_names(self._signature, dynamic_numbers, (dynamic, dyn_kwargs)),
+                                             device)
+        if donated: _warn_unusable(lowered)
         return lowered, leaves
 
     def __call__(self, *args, **kwargs) -> Any:
@@ -394,6 +442,7 @@ class Jitted:
             # the common case, kept lean: flat positional arrays need no tree flattening
             lowered = self._fast.get(key)
             if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
+            elif events.active: events.instant("cache", f"jit {self._name}: cache hit")
             if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
             if lowered.fast is not None and (out := lowered.fast(args)) is not None:
                 (shape, weak), = lowered.out_avals
@@ -436,6 +485,53 @@ class Jitted:
         """How many distinct signatures this jitted function traced (for tests and debugging); a signature another
         `jit` of the same function and options traced first is reused, not counted."""
         return self._traces
+
+
+def _explain_retrace(jitted: Jitted, key: tuple, arguments: tuple) -> None:
+    """Say why `jitted` traces again: what differs between this call's signature `key` and the closest signature
+    traced before (its arguments' shapes, dtypes, weak types, static values, tree structure, device), with the
+    call site. Logged as a warning on the 'fnx' logger when FNX_EXPLAIN_RETRACE=1 or
+    `fnx.config.update("explain_cache_misses", True)`, and sent to FNX_DEBUG and the profiler as an event."""
+    earlier = [k for k in list(jitted._cache) if k != key]
+    if not earlier: return
+    static_numbers = jitted._static_numbers(len(arguments[0]) + sum(isinstance(i, int) for i, _ in key[2]))
+    nargs = len(arguments[0]) + len(static_numbers)
+    names = _arg_names(jitted._signature, [i for i in range(nargs) if i not in static_numbers], arguments)
+    reasons = min((_signature_differences(jitted, old, key, names) for old in earlier), key=len)
+    closest = f" (against the closest of the {len(earlier)} signatures traced before)" if len(earlier) > 1 else ""
+    message = (f"fnx: jit of {jitted._name} traces again, signature {len(earlier) + 1}, at {user_frame()}; what "
+               f"changed{closest}:\n" + "\n".join(f"  - {r}" for r in reasons))
+    if config.explain_cache_misses: logging.getLogger("fnx").warning(message)
+    events.instant("cache", f"jit {jitted._name}: retrace", why=message)
+
+
+def _signature_differences(jitted: Jitted, old: tuple, new: tuple, names: tuple[str, ...]) -> list[str]:
+    """What differs between two trace-cache keys (treedef, avals, static values, device or layout), in words."""
+    (tree0, avals0, static0, where0), (tree1, avals1, static1, where1) = old, new
+    out = []
+    if tree0 != tree1:
+        out.append(f"the arguments' tree structure: {tree0} -> {tree1}")
+    else:
+        for name, (shape0, dtype0, weak0), (shape1, dtype1, weak1) in zip(names, avals0, avals1):
+            if shape0 != shape1: out.append(f"argument {name!r}: shape {shape0} -> {shape1}")
+            if dtype0 != dtype1: out.append(f"argument {name!r}: dtype {dtype0} -> {dtype1}")
+            if weak0 != weak1:
+                out.append(f"argument {name!r}: weak type {weak0} -> {weak1} (a Python scalar is weakly typed, an "
+                           "array is not)")
+    values0, values1 = dict(static0), dict(static1)
+    for k in sorted(set(values0) | set(values1), key=str):
+        if values0.get(k, _MISSING) != values1.get(k, _MISSING):
+            label = jitted._positional[k] if isinstance(k, int) and k < len(jitted._positional) else k
+            param = jitted._signature.parameters.get(label) if jitted._signature is not None else None
+            missing = "(not given)" if param is None or param.default is param.empty else \
+                f"(not given: its default {param.default!r})"
+            before, after = (repr(v[k]) if k in v else missing for v in (values0, values1))
+            out.append(f"static argument {label!r}: {before} -> {after}")
+    if where0 != where1: out.append(f"the device or mesh layout: {where0} -> {where1}")
+    return out or ["nothing visible in the signature (the function object or jit options differ)"]
+
+
+_MISSING = object()
 
 
 def _shardings_in(tree: Any) -> list:
@@ -557,14 +653,17 @@ def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Calla
             full = [static_pos[i] if i in static_pos else next(it) for i in range(len(dyn) + len(static_pos))]
             return fun(*full, **kw)
         avals = [abstract_value(x) for x in tree_util.tree_leaves((dynamic, dyn_kwargs))]
-        return Graph(trace(flat_fun, (dynamic, dyn_kwargs), avals=avals,
-                           kind=f"make_graph of {getattr(fun, '__name__', 'a function')}"))
+        name = getattr(fun, '__name__', 'a function')
+        return Graph(trace(flat_fun, (dynamic, dyn_kwargs), avals=avals, kind=f"make_graph of {name}"),
+                     f"{name}: traced graph")
     return graph
 
 
 @dataclass
 class Graph:
+    """What `make_graph(f)(*args)` returns: the traced FUNCTION, printed as text and drawn in Jupyter."""
     traced: Traced
+    title: str = ""
 
     @property
     def fn(self) -> UOp:
@@ -574,3 +673,15 @@ class Graph:
         return format_function(self.traced.fn)
 
     __repr__ = __str__
+
+    def draw(self) -> Any:
+        """The graph as a picture (fnx.debug.pictures.Picture): `.save('graph.svg' | 'graph.png')`."""
+        from fnx.debug import pictures
+        return pictures.draw_function(self.traced.fn, title=self.title)
+
+    def _repr_svg_(self) -> str:  # (Jupyter draws the graph inline)
+        return self.draw()._repr_svg_()
+
+    def save(self, path: str) -> None:
+        """Write the picture of the graph to `path` ('.svg', or '.png' with cairosvg installed)."""
+        self.draw().save(path)

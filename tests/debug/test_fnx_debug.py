@@ -8,8 +8,12 @@ import pytest
 
 PROGRAM = """
 import numpy as np, fnx, fnx.numpy as jnp
-f = fnx.jit(lambda x: jnp.tanh(x * 2).sum())
-print("result", float(f(jnp.asarray(np.ones(64, np.float32)))))
+def scaled_tanh_sum(x):
+    return jnp.tanh(x * 2).sum()
+f = fnx.jit(scaled_tanh_sum)
+x = jnp.asarray(np.ones(64, np.float32))
+f(x)
+print("result", float(f(x)))
 """
 
 
@@ -29,3 +33,16 @@ def test_debug_levels_add_detail(level):
     assert ("loops=" in out) == (level >= 2)               # 2: kernel names and loop sizes
     assert ("--- rangeify ---" in out) == (level >= 3)     # 3: the IR after each lowering stage
     assert ("define void" in out) == (level >= 4)          # 4: the LLVM IR
+
+
+def test_level_one_names_kernels_and_reports_compiles_and_cache_hits():
+    """Level 1: each kernel named by the jitted function and what it computes, with its time, GB/s and GFLOP/s;
+    the trace and compile of the function with their times; then a cache hit on the second call."""
+    out = run_with_debug(1)
+    kernels = [line for line in out.splitlines() if line.startswith("fnx: kernel scaled_tanh_sum:")]
+    assert len(kernels) == 2, out                                   # one launch per call, two calls
+    assert all("tanh" in line and "sum" in line and "GB/s" in line and "GFLOP/s" in line for line in kernels), out
+    assert any(line.startswith("fnx: trace scaled_tanh_sum ") and line.endswith("ms") for line in out.splitlines())
+    compile_line = next(line for line in out.splitlines() if line.startswith("fnx: compile scaled_tanh_sum on cpu"))
+    assert "1 kernels" in compile_line and "compiled now:" in compile_line, compile_line
+    assert out.count("fnx: jit scaled_tanh_sum: cache hit") == 1, out
