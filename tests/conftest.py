@@ -1,5 +1,34 @@
 """Test configuration: the `device` fixture runs a test once per backend that works on this machine."""
+import atexit
+import glob
 import os
+import shutil
+import tempfile
+
+
+def _remove_caches_of_killed_runs() -> None:
+    """A run killed by a signal never reaches atexit: remove the test caches whose process (named in the directory's
+    name) no longer exists."""
+    if os.name != "posix": return  # (os.kill(pid, 0) only asks whether pid exists on POSIX)
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "fnx-test-cache-*-*")):
+        pid = os.path.basename(path).split("-")[3]
+        if not pid.isdigit(): continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
+
+
+# fnx's compile cache (FNX_CACHE_DIR, read once when fnx is imported) goes to a temporary directory removed at exit,
+# so that the tests never write the user's ~/.cache/fnx; a FNX_CACHE_DIR the user set is kept. xdist's workers and
+# the tests' subprocesses inherit the variables, so they share this directory (FNX_TEST_CACHE_DIR says who made it)
+if "FNX_CACHE_DIR" not in os.environ:
+    _remove_caches_of_killed_runs()
+    os.environ["FNX_CACHE_DIR"] = os.environ["FNX_TEST_CACHE_DIR"] = tempfile.mkdtemp(
+        prefix=f"fnx-test-cache-{os.getpid()}-")
+    atexit.register(shutil.rmtree, os.environ["FNX_CACHE_DIR"], ignore_errors=True)
 
 # JAX, an oracle here, with eight host devices like the sharding tests' FNX_CPU_DEVICES=8 (set before it is imported)
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):

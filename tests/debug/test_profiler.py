@@ -145,22 +145,30 @@ from fnx.sharding import Mesh, PartitionSpec as P
 mesh = Mesh(np.array(fnx.devices()).reshape(4), ("i",))
 f = fnx.jit(fnx.shard_map(lambda x: fnx.lax.psum(x, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()))
 x = np.arange(16, dtype=np.float32)
+on0 = fnx.device_put(x, fnx.devices()[0])
 with fnx.profiler.trace(sys.argv[1]):
     out = np.asarray(f(x))
+    on1 = fnx.device_put(on0, fnx.devices()[1])
 expected = x.reshape(4, 4).sum(0)
 assert np.allclose(out, expected), (out, expected)
+assert np.array_equal(np.asarray(on1), x) and on1.devices() == {fnx.devices()[1]}
 path, = glob.glob(os.path.join(sys.argv[1], "plugins", "profile", "*", "*.trace.json.gz"))
 events = json.load(gzip.open(path, "rt"))["traceEvents"]
-print(json.dumps([e for e in events if e.get("cat") == "collective"]))
+print(json.dumps([e for e in events if e.get("cat") in ("collective", "transfer")]))
 """
 
 
-def test_collectives_are_recorded(tmp_path):
+def test_collectives_and_copies_between_devices_are_recorded(tmp_path):
     env = dict(os.environ, FNX_CPU_DEVICES="4")
     out = subprocess.run([sys.executable, "-c", PROGRAM, str(tmp_path)], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    collectives = json.loads(out.stdout.strip().splitlines()[-1])
+    recorded = json.loads(out.stdout.strip().splitlines()[-1])
+    copies = [e for e in recorded if e["cat"] == "transfer" and e["name"].startswith("eager:")]  # device_put's
+    assert [(e["args"]["src"], e["args"]["dst"], e["args"]["bytes"]) for e in copies] == [("cpu:0", "cpu:1", 64)]
+    inside = [e for e in recorded if e["cat"] == "transfer" and e["name"].startswith("psum:")]  # the psum's own
+    assert inside and all(e["args"]["bytes"] == 16 for e in inside)
+    collectives = [e for e in recorded if e["cat"] == "collective"]
     assert collectives, out.stdout
     assert all(e["name"].startswith("psum over 'i'") and e["args"]["devices"] == 4 for e in collectives)
     assert all(e["args"]["bytes"] == 4 * 4 * 4 for e in collectives)  # four devices' f32[4] pieces
