@@ -140,9 +140,16 @@ JAX_NAMES: dict[str, frozenset[str]] = {
 }
 
 
+# JAX's submodules fnx has no counterpart of yet (JAX_NAMES lists functions and classes, not these)
+MISSING_SUBMODULES = {"fnx": {"image", "experimental", "export", "ffi", "monitoring", "stages", "extend", "typing"},
+                      "fnx.numpy": {"fft"},
+                      "fnx.scipy": {"special", "stats", "signal", "optimize", "fft", "ndimage", "integrate",
+                                    "interpolate", "cluster", "spatial", "sparse"}}
+
+
 def missing(module: str, name: str) -> AttributeError:
     """The error for `module.name`: one that says fnx does not have JAX's name yet, or Python's usual one."""
-    if name in JAX_NAMES.get(module, ()):
+    if name in JAX_NAMES.get(module, ()) or name in MISSING_SUBMODULES.get(module, ()):
         jax_module = "jax" + module[len("fnx"):]
         return AttributeError(f"module '{module}' has no attribute '{name}': {jax_module}.{name} is not implemented "
                               "in fnx yet")

@@ -58,3 +58,15 @@ def test_names_match_the_installed_jax():
         new, gone = names - JAX_NAMES[module], JAX_NAMES[module] - names
         if new or gone: print(f"\n{module}: JAX {jax.__version__} adds {sorted(new)[:10]}, drops {sorted(gone)[:10]}")
         assert JAX_NAMES[module], module
+
+
+def test_missing_submodules_say_they_are_not_implemented():
+    """jax.numpy.fft, jax.scipy.special, jax.image ...: the same message as a missing function, and each really is a
+    JAX module (so the list cannot name something JAX does not have)."""
+    from fnx.jax_names import MISSING_SUBMODULES
+    jax = pytest.importorskip("jax")
+    for module, names in MISSING_SUBMODULES.items():
+        for name in names:
+            with pytest.raises(AttributeError, match=f"jax{module[3:]}.{name} is not implemented in fnx yet"):
+                getattr(_module(module), name)
+            assert type(importlib.import_module(f"jax{module[3:]}.{name}")) is type(jax)

@@ -2,3 +2,8 @@
 from fnx.scipy import linalg
 
 __all__ = ["linalg"]
+
+
+def __getattr__(name: str):
+    from fnx.jax_names import missing
+    raise missing("fnx.scipy", name)
