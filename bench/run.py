@@ -507,8 +507,54 @@ def w10_layernorm_chain():
     return report("W10 layernorm+residual x8 (4096,1024)", res, bytes_moved=2 * x_np.nbytes)
 
 
+def _convnet_params(rng) -> dict:
+    """Two 3x3 conv layers (1 -> 16 -> 32 channels, NHWC/HWIO), each followed by relu and 2x2 max pooling, then a
+    dense layer to 10 classes."""
+    normal = lambda *shape, scale: (rng.standard_normal(shape) * scale).astype(np.float32)  # noqa: E731
+    return {"c1": normal(3, 3, 1, 16, scale=0.3), "b1": np.zeros(16, np.float32),
+            "c2": normal(3, 3, 16, 32, scale=0.08), "b2": np.zeros(32, np.float32),
+            "w": normal(7 * 7 * 32, 10, scale=0.03), "b": np.zeros(10, np.float32)}
+
+
+def _convnet_step(lib, lax_lib, nn_lib, grad_fn):
+    """One SGD step of a small convnet's cross-entropy on 28x28 images, written once for fnx and JAX."""
+    def conv(x, w, b):
+        y = lax_lib.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return nn_lib.relu(y + b)
+
+    def pool(x):
+        return lax_lib.reduce_window(x, -lib.inf, lax_lib.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    def loss(p, images, onehot):
+        h = pool(conv(pool(conv(images, p["c1"], p["b1"])), p["c2"], p["b2"]))
+        logits = h.reshape(h.shape[0], -1) @ p["w"] + p["b"]
+        return -lib.mean(lib.sum(nn_lib.log_softmax(logits) * onehot, axis=-1))
+
+    def step(p, images, onehot):
+        value, g = grad_fn(loss)(p, images, onehot)
+        return {k: p[k] - 0.05 * g[k] for k in p}, value
+    return step
+
+
+def w11_convnet_step():
+    rng = np.random.default_rng(0)
+    params = _convnet_params(rng)
+    images = rng.standard_normal((64, 28, 28, 1)).astype(np.float32)
+    onehot = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+    f = fnx.jit(_convnet_step(jnp, fnx.lax, fnx.nn, fnx.value_and_grad))
+    p, x, y = {k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(images), jnp.asarray(onehot)
+    res = {"fnx": best(lambda: block(f(p, x, y)[1]), repeat=7)}
+    if jax:
+        jf = jax.jit(_convnet_step(jjnp, jax.lax, jax.nn, jax.value_and_grad))
+        jp, jx, jy = {k: jjnp.asarray(v) for k, v in params.items()}, jjnp.asarray(images), jjnp.asarray(onehot)
+        np.testing.assert_allclose(float(f(p, x, y)[1]), float(jf(jp, jx, jy)[1]), rtol=1e-4)
+        res["jax"] = best(lambda: jf(jp, jx, jy)[1].block_until_ready(), repeat=7)
+    return report("W11 convnet train step 28x28 b64", res, f"fnx {1 / res['fnx']:.0f} steps/s")
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
-             "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain}
+             "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain,
+             "W11": w11_convnet_step}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:

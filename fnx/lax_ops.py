@@ -34,6 +34,7 @@ from fnx import lax as _lax
 from fnx.control_flow import scan
 from fnx.errors import ShapeError, at_user_line
 from fnx.trace import Array, cast, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
+from fnx.transforms.custom import custom_jvp
 
 __all__ = [
     "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
@@ -1065,6 +1066,11 @@ def reduce_window(operand, init_value, computation: Callable, window_dimensions:
     window, strides, base, dilation, pads, out_shape = _window_config(
         "reduce_window", a.shape, window_dimensions, window_strides, padding, base_dilation, window_dilation)
     fill = init if init.ndim == 0 else _reshape(init, ())
+    kind = _tiled_kind(computation)
+    if kind and strides == window and set(base + dilation) == {1} and not builtins.any(lo or hi for lo, hi in pads) \
+            and 0 not in out_shape + window:  # windows that tile the operand: max pooling, average pooling
+        start = _lax.broadcast_in_dim(fill, out_shape, ())
+        return with_weak(to_array(computation(start, _tiled_reduce(a, window, out_shape, kind))), a.weak_type)
     config = [(lo, hi, d - 1) for (lo, hi), d in zip(pads, base)]
     padded = _lax.pad(a, fill, config) if builtins.any(c != (0, 0, 0) for c in config) else a
     acc = None
@@ -1076,6 +1082,61 @@ def reduce_window(operand, init_value, computation: Callable, window_dimensions:
     start = _lax.broadcast_in_dim(fill, out_shape, ())
     return with_weak(to_array(computation(start, acc) if acc is not None else start), a.weak_type)
 
+
+
+# the reductions a tiled reduce_window does in one REDUCE: computation by its name, among fnx's own functions
+_TILED_KINDS = {"max": "max", "maximum": "max", "min": "min", "minimum": "min", "add": "add", "mul": "mul",
+                "multiply": "mul"}
+
+
+def _tiled_kind(computation: Callable) -> str | None:
+    """'max', 'min', 'add' or 'mul' when `computation` is fnx's (lax.max, jnp.maximum, lax.add, ...), else None."""
+    if not str(getattr(computation, "__module__", "")).startswith("fnx."): return None
+    return _TILED_KINDS.get(getattr(computation, "__name__", ""))
+
+
+def _tiled_reduce(a: Array, window: tuple[int, ...], out_shape: tuple[int, ...], kind: str) -> Array:
+    """reduce_window over windows that tile `a` (strides equal to the window; no padding, no dilation): the part the
+    windows cover, reshaped so that each window is the trailing axis of its output element, reduced over that axis.
+
+    One REDUCE over contiguous elements instead of a strided slice per window position (whose grads are strided
+    pads: a 2x2 max pool's backward took ~750 index operations per element). The grad of max and min goes to the
+    first extreme element of each window in row-major window order, as JAX's select_and_scatter does."""
+    rank = len(window)
+    covered = [o * w for o, w in zip(out_shape, window)]
+    x = _lax.slice(a, [0] * rank, covered) if covered != list(a.shape) else a
+    x = _lax.reshape(x, [d for o, w in zip(out_shape, window) for d in (o, w)])
+    x = _lax.transpose(x, [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)])
+    x = _lax.reshape(x, (*out_shape, math.prod(window)))
+    if kind == "add": return _lax.reduce_sum(x, (rank,))
+    if kind == "mul": return _lax.reduce_prod(x, (rank,))
+    return _window_extreme(x) if kind == "max" else _window_least(x)
+
+
+def _first_extreme_jvp(largest: bool):
+    """The derivative rule of max (or min) over the trailing axis: the tangent of the first extreme element."""
+    def jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = _extreme(x, (x.ndim - 1,), largest)
+        # (a buffer of its own: each window decides once, and the backward pass reads one index per element)
+        first = _lax.optimization_barrier((_lax.argmax if largest else _lax.argmin)(x, x.ndim - 1, dtypes.int32))
+        hit = eq(_lax.broadcasted_iota(dtypes.int32, x.shape, x.ndim - 1),
+                      _lax.broadcast_in_dim(first, x.shape, tuple(range(x.ndim - 1))))
+        return y, _lax.reduce_sum(_lax.select(hit, t, _lax.full(t.shape, 0, t.dtype)), (x.ndim - 1,))
+    return jvp
+
+
+def _window_max(x: Array) -> Array:
+    return _extreme(x, (x.ndim - 1,), True)
+
+
+def _window_min(x: Array) -> Array:
+    return _extreme(x, (x.ndim - 1,), False)
+
+
+_window_extreme, _window_least = custom_jvp(_window_max), custom_jvp(_window_min)
+_window_extreme.defjvp(_first_extreme_jvp(True))
+_window_least.defjvp(_first_extreme_jvp(False))
 
 
 # ---- names of options and types, and a few more ops ----

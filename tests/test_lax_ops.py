@@ -446,6 +446,42 @@ def test_reduce_window_matches_jax(window, strides, padding, base, dilation):
         close(g, h, rtol=1e-5, atol=1e-6)
 
 
+TILED = [((2, 2), (7, 9)), ((1, 2, 2, 1), (3, 8, 8, 2)), ((3,), (10,)), ((2, 3), (4, 9)), ((1, 1), (3, 3))]
+
+
+@pytest.mark.parametrize("window,shape", TILED)
+def test_tiled_windows_match_jax_with_ties(window, shape):
+    """Windows that tile the operand (max and average pooling) take one REDUCE: values, grads (the first maximum of a
+    window gets it, as JAX's select_and_scatter; the data has ties: relu's zeros), jvp, vmap, jit, uncovered edges."""
+    x = np.maximum(floats(shape), 0).astype(np.float32)  # about half zeros: windows of equal maxima
+    for ours, theirs, init in [(lax.max, jl.max, -np.inf), (lax.min, jl.min, np.inf), (lax.add, jl.add, 0.0),
+                               (lax.mul, jl.mul, 1.0)]:
+        f = lambda v: lax.reduce_window(v, np.float32(init), ours, window, window, "VALID")  # noqa: E731
+        j = lambda v: jl.reduce_window(v, np.float32(init), theirs, window, window, "VALID")  # noqa: E731
+        close(f(x), j(x), rtol=1e-6)
+        close(fnx.jit(f)(x), j(x), rtol=1e-6)
+        w = floats(j(x).shape)
+        if theirs is not jl.mul:  # (JAX has no reverse-mode rule for a window product)
+            close(fnx.grad(lambda v: (f(v) * w).sum())(x), jax.grad(lambda v: (j(v) * w).sum())(x), rtol=1e-5)
+        t = floats(shape)
+        close(fnx.jvp(f, (x,), (t,))[1], jax.jvp(j, (x,), (t,))[1], rtol=1e-5, atol=1e-6)
+        batch = np.stack([x, x[::-1].copy()])
+        close(fnx.vmap(f)(batch), jax.vmap(j)(batch), rtol=1e-6)
+
+
+def test_tiled_windows_float16_and_integers():
+    x16 = floats((4, 6)).astype(np.float16)
+    close(lax.reduce_window(x16, np.float16(-np.inf), lax.max, (2, 2), (2, 2), "VALID"),
+          jl.reduce_window(x16, np.float16(-np.inf), jl.max, (2, 2), (2, 2), "VALID"))
+    xi = RNG.integers(-50, 50, (6, 4)).astype(np.int32)
+    close(lax.reduce_window(xi, np.int32(0), lax.add, (3, 2), (3, 2), "VALID"),
+          jl.reduce_window(xi, np.int32(0), jl.add, (3, 2), (3, 2), "VALID"))
+    # a custom computation keeps the general path (and its answer)
+    x = floats((4, 4))
+    close(lax.reduce_window(x, np.float32(0), lambda a, b: a + b, (2, 2), (2, 2), "VALID"),
+          jl.reduce_window(x, np.float32(0), lambda a, b: a + b, (2, 2), (2, 2), "VALID"), rtol=1e-6)
+
+
 def test_reduce_window_integers_and_jit():
     x = RNG.integers(-50, 50, (5, 6)).astype(np.int8)
     close(lax.reduce_window(x, np.int8(-128), lax.max, (2, 2), (1, 2), "VALID"),

@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, replace
 
 from fnx import dtypes
-from fnx.lower.cost import _ranges_in
+from fnx.lower.cost import _ranges_in, kernel_flops
 from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
@@ -54,6 +54,7 @@ from fnx.rewrite import substitute
 from fnx.uop import Ops, ParamArg, RangeArg, UOp
 
 MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
+MIN_PARALLEL_FLOPS = 1 << 23  # ... unless each iteration is heavy: 8M weighted ops are ~1 ms of scalar code
 
 
 @dataclass(frozen=True)
@@ -562,7 +563,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 opts.append(Opt("VECTORIZE", axis, w))
             except OptError:
                 pass
-    if target.threads > 1 and k.work >= MIN_PARALLEL_WORK and k.ranges:
+    if target.threads > 1 and k.ranges and (k.work >= MIN_PARALLEL_WORK or kernel_flops(k) >= MIN_PARALLEL_FLOPS):
         sizes = _output_loop_sizes(k, opts)
         if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
             opts.append(Opt("THREAD", thread_axis))

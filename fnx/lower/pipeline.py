@@ -57,7 +57,7 @@ def callee_name(call: UOp) -> str:
     """The name of the function a FUNCTION/CALL node calls, as an identifier ('tanh', 'layer'); '' for lambdas
     and bodies without one."""
     name = getattr(getattr(call.arg, "fun", None), "__name__", "") or getattr(call.arg, "name", "") or ""
-    name = re.sub(r"\W", "", str(name))
+    name = re.sub(r"\W", "", str(name)).strip("_")
     return "" if name in ("lambda", "run", "fun", "f") or name[:1].isdigit() else name
 
 
