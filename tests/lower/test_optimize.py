@@ -246,3 +246,23 @@ def test_fusable_adds_become_fmuladd_and_keep_their_value_under_transforms():
 def test_heuristics_with_threads_apply_to_every_program(threads):
     for name in PROGRAMS:
         _check(name, lambda k, t: heuristic_opts(k, replace(t, threads=threads)))
+
+
+def test_few_heavy_iterations_are_threaded():
+    """A kernel with too few iterations for a thread hand-off but heavy ones (estimated FLOPs, fnx/lower/cost.py) is
+    split across the threads; a light kernel of the same size is not. The threaded result is checked."""
+    from fnx.lower.cost import kernel_flops
+    from fnx.lower.optimize import MIN_PARALLEL_FLOPS, MIN_PARALLEL_WORK
+
+    def heavy(x):
+        for _ in range(20): x = jnp.sin(x) * 1.5 + jnp.exp(-x * x)
+        return x
+    x = np.linspace(-2, 2, 256 * 512, dtype=np.float32).reshape(256, 512)
+    for fun, threaded in ((heavy, True), (lambda x: x * 2 + 1, False)):
+        kernels = rangeify(callify(fnx.make_graph(fun)(x).fn)).kernels
+        assert len(kernels) == 1 and kernels[0].work < MIN_PARALLEL_WORK
+        assert (kernel_flops(kernels[0]) >= MIN_PARALLEL_FLOPS) == threaded
+        assert any(o.op == "THREAD" for o in heuristic_opts(kernels[0], TARGET)) == threaded
+    expected = x.astype(np.float64)
+    for _ in range(20): expected = np.sin(expected) * 1.5 + np.exp(-expected * expected)
+    np.testing.assert_allclose(np.asarray(fnx.jit(heavy)(x)), expected, rtol=2e-4, atol=2e-4)
