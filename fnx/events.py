@@ -125,6 +125,9 @@ def debug_line(event: Event, level: int) -> str | None:
         return f"fnx: {event.name}" + "".join(f" {k}={v}" for k, v in a.items() if k != "why") + (
             f"\n{a['why']}" if a.get("why") else "")
     if event.duration is None: return None
+    if event.cat == "lower" and "optimize_ms" in a:  # (optimize includes rendering each kernel, on the CPU)
+        return (f"fnx: lower {event.name} {_duration(event.duration)} ({a.get('kernels')} kernels: callify "
+                f"{a['callify_ms']} ms, rangeify {a['rangeify_ms']} ms, optimize {a['optimize_ms']} ms)")
     if event.cat == "compile" and "cache_misses" in a:
         return (f"fnx: compile {event.name} {_duration(event.duration)} ({a['kernels']} kernels; object code from the "
                 f"disk cache: {a['cache_hits']} modules, compiled now: {a['cache_misses']})")

@@ -101,7 +101,16 @@ class LLVMCompiler:
         return self.submit(source).result()
 
     def submit(self, source: str):
-        return _llvm_thread.submit(self._compile, source)
+        return _llvm_thread.submit(self._timed_compile, source, events.current_name())
+
+    def _timed_compile(self, source: str, name: str):
+        """`_compile` on the LLVM thread, reported as one event per module under the name of whose it is."""
+        if not events.active: return self._compile(source)
+        with events.span("llvm", f"{name}: LLVM module", chars=len(source)) as found:
+            hits = self._cache.hits
+            out = self._compile(source)
+            found.update(object_cache="hit" if self._cache.hits > hits else "miss")
+        return out
 
     def assembly(self, modules: list) -> str:
         return _llvm_thread.submit(lambda: "\n".join(self._machine.emit_assembly(m) for m in modules)).result()

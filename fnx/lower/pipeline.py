@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import time
 from dataclasses import dataclass
 
 from fnx import dtypes, events
@@ -156,16 +157,20 @@ def lower(fn: UOp, target: Target, emit=None, measure=None) -> Lowering:
     schedule_override's, else BEAM's when FNX_BEAM is set and the backend gave a way to time kernels (`measure`,
     fnx/lower/search.py), else the hand heuristics'."""
     with events.span("lower", events.current_name()) as found:
-        lowering = _lower(fn, target, emit, measure)
+        lowering = _lower(fn, target, emit, measure, found)
         found.update(kernels=sum(lines is not None for _, lines in lowering.kernels))
     return lowering
 
 
-def _lower(fn: UOp, target: Target, emit, measure) -> Lowering:
+def _lower(fn: UOp, target: Target, emit, measure, split: dict) -> Lowering:
+    """`lower`'s work; `split` receives the milliseconds each stage took (FNX_DEBUG and the profiler show them)."""
+    clock = time.perf_counter()
     origins: dict[UOp, str] = {}
     fn = callify(fn, origins)
+    split["callify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
+    split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{_named(kernel, origins)}"
@@ -177,7 +182,8 @@ def _lower(fn: UOp, target: Target, emit, measure) -> Lowering:
         if opts is None and measure is not None: opts = searched_opts(kernel, target, measure)
         done = [(k, linearize(k)) for k in optimize(kernel, target, opts, new_buffer=_new_buffer(schedule))]
         kernels.extend(done)
-        if emit is not None: emit(done)
+        if emit is not None: emit(done)  # (the CPU renders here and hands modules to the LLVM thread)
+    split["optimize_ms"] = round((time.perf_counter() - clock) * 1e3, 2)
     return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))
 
 

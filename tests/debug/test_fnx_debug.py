@@ -46,3 +46,8 @@ def test_level_one_names_kernels_and_reports_compiles_and_cache_hits():
     compile_line = next(line for line in out.splitlines() if line.startswith("fnx: compile scaled_tanh_sum on cpu"))
     assert "1 kernels" in compile_line and "compiled now:" in compile_line, compile_line
     assert out.count("fnx: jit scaled_tanh_sum: cache hit") == 1, out
+    # where the first call's time goes: lowering by stage, and each LLVM module (compiled or from the disk cache)
+    lower_line = next(line for line in out.splitlines() if line.startswith("fnx: lower scaled_tanh_sum "))
+    assert all(f"{stage} " in lower_line for stage in ("callify", "rangeify", "optimize")), lower_line
+    assert any(line.startswith("fnx: llvm scaled_tanh_sum: LLVM module") and "object_cache" in line
+               for line in out.splitlines()), out
