@@ -584,3 +584,13 @@ def test_dot_and_batch_matmul_match_jax():
           rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match="dot"): lax.dot(a, a)
     with pytest.raises(ValueError, match="batch_matmul"): lax.batch_matmul(x, floats((3, 4, 5)))
+
+
+def test_tiled_windows_on_two_to_the_26_elements():
+    """Pooling a 2^26-element array (8192 x 8192 float32, 256 MB): max is exact, the average pool's sums within
+    float32 rounding of a float64 reference (no int32 index overflow, no lost rows)."""
+    x = np.random.default_rng(26).standard_normal((1 << 13, 1 << 13)).astype(np.float32)
+    pooled = fnx.jit(lambda v: lax.reduce_window(v, -np.inf, lax.max, (2, 4), (2, 4), "VALID"))(x)
+    np.testing.assert_array_equal(np.asarray(pooled), x.reshape(4096, 2, 2048, 4).max(axis=(1, 3)))
+    summed = fnx.jit(lambda v: lax.reduce_window(v, 0.0, lax.add, (4, 2), (4, 2), "VALID"))(x)
+    close(summed, x.astype(np.float64).reshape(2048, 4, 4096, 2).sum(axis=(1, 3)), rtol=1e-6, atol=1e-5)
