@@ -593,4 +593,5 @@ def test_tiled_windows_on_two_to_the_26_elements():
     pooled = fnx.jit(lambda v: lax.reduce_window(v, -np.inf, lax.max, (2, 4), (2, 4), "VALID"))(x)
     np.testing.assert_array_equal(np.asarray(pooled), x.reshape(4096, 2, 2048, 4).max(axis=(1, 3)))
     summed = fnx.jit(lambda v: lax.reduce_window(v, 0.0, lax.add, (4, 2), (4, 2), "VALID"))(x)
-    close(summed, x.astype(np.float64).reshape(2048, 4, 4096, 2).sum(axis=(1, 3)), rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(summed), x.astype(np.float64).reshape(2048, 4, 4096, 2).sum(axis=(1, 3)),
+                               rtol=1e-6, atol=1e-5)
