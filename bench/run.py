@@ -249,6 +249,15 @@ def w6_dispatch():
     return report("W6 jitted x+1 dispatch (1 elem)", res, f"fnx {res['fnx'] * 1e6:.1f} us/call")
 
 
+def _sgd_step(loss, grad_fn, lr: float):
+    """One SGD step on `loss(params, *batch)` (a dict of params), returning (new params, loss): the training step of
+    W4, W9 and W11, with `grad_fn` fnx's or JAX's value_and_grad."""
+    def step(p, *batch):
+        value, g = grad_fn(loss)(p, *batch)
+        return {k: p[k] - lr * g[k] for k in p}, value
+    return step
+
+
 def _mlp_data():
     rng = np.random.default_rng(0)
     params = {"w1": (rng.standard_normal((784, 512)) * 0.05).astype(np.float32), "b1": np.zeros(512, np.float32),
@@ -264,10 +273,7 @@ def _mlp_step(lib, nn_lib, grad_fn):
         logits = h @ p["w2"] + p["b2"]
         return -lib.mean(lib.sum(nn_lib.log_softmax(logits) * onehot, axis=-1))
 
-    def step(p, x, onehot):
-        value, g = grad_fn(loss)(p, x, onehot)
-        return {k: p[k] - 0.01 * g[k] for k in p}, value
-    return step
+    return _sgd_step(loss, grad_fn, 0.01)
 
 
 def _numpy_mlp_step(p, x, onehot):
@@ -460,10 +466,7 @@ def _gpt_step(lib, nn_lib, grad_fn):
         logp = nn_lib.log_softmax(logits, axis=-1)
         return -lib.mean(lib.take_along_axis(logp, targets[..., None], axis=-1))
 
-    def step(p, tokens, targets):
-        value, g = grad_fn(loss)(p, tokens, targets)
-        return {k: p[k] - 0.1 * g[k] for k in p}, value
-    return step
+    return _sgd_step(loss, grad_fn, 0.1)
 
 
 def w9_gpt_step():
@@ -530,10 +533,7 @@ def _convnet_step(lib, lax_lib, nn_lib, grad_fn):
         logits = h.reshape(h.shape[0], -1) @ p["w"] + p["b"]
         return -lib.mean(lib.sum(nn_lib.log_softmax(logits) * onehot, axis=-1))
 
-    def step(p, images, onehot):
-        value, g = grad_fn(loss)(p, images, onehot)
-        return {k: p[k] - 0.05 * g[k] for k in p}, value
-    return step
+    return _sgd_step(loss, grad_fn, 0.05)
 
 
 def w11_convnet_step():

@@ -356,27 +356,15 @@ def show(text, lines=40):
     text_lines = text.splitlines()
     print("\\n".join(text_lines[:lines]) + (f"\\n... ({len(text_lines) - lines} more lines)" if len(text_lines) > lines
                                             else ""))"""),
-    ("md", "## graph: what was traced"),
-    ("code", """show(lowered.as_text("graph"))
-lowered.draw("graph")"""),
-    ("md", "## callify: calls inlined, the graph simplified"),
-    ("code", """show(lowered.as_text("callify"))
-lowered.draw("callify")"""),
-    ("md", "## rangeify: the kernel split"),
-    ("code", """show(lowered.as_text("rangeify"))
-lowered.draw("rangeify")"""),
-    ("md", "## optimize: each kernel's schedule (the actions chosen by the hand heuristics)"),
-    ("code", """show(lowered.as_text("optimize"))
-lowered.draw("optimize")"""),
-    ("md", "## linearize: each kernel as instructions"),
-    ("code", """show(lowered.as_text("linearize"))
-lowered.draw("linearize")"""),
-    ("md", "## memory: intermediate buffers packed into allocations"),
-    ("code", """show(lowered.as_text("memory"))
-lowered.draw("memory")"""),
-    ("md", "## items and schedule: what the executable replays on each call"),
-    ("code", """show(lowered.as_text("items"))
-lowered.draw("schedule")"""),
+    *[cell for heading, text, picture in [
+        ("graph: what was traced", "graph", "graph"),
+        ("callify: calls inlined, the graph simplified", "callify", "callify"),
+        ("rangeify: the kernel split", "rangeify", "rangeify"),
+        ("optimize: each kernel's schedule (the actions chosen by the hand heuristics)", "optimize", "optimize"),
+        ("linearize: each kernel as instructions", "linearize", "linearize"),
+        ("memory: intermediate buffers packed into allocations", "memory", "memory"),
+        ("items and schedule: what the executable replays on each call", "items", "schedule")]
+      for cell in (("md", f"## {heading}"), ("code", f'show(lowered.as_text("{text}"))\nlowered.draw("{picture}")'))],
     ("md", "## llvm: the CPU backend's code (the start of it)"),
     ("code", """show(lowered.as_text("llvm"), lines=30)"""),
     ("code", """expected = np.tanh(x_np.astype(np.float64) @ w_np + b_np).sum(axis=-1)
