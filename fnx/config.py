@@ -20,6 +20,7 @@ class Config:
                                         # exchange of fnx.distributed before it raises DistributedError
     cuda_arch: str = "sm_90"  # FNX_CUDA_ARCH: the GPU a compile-only cuda device (no GPU present) compiles for
     explain_cache_misses: bool = False  # FNX_EXPLAIN_RETRACE: log why each jit retrace happened (what changed)
+    enable_x64: bool = False  # FNX_ENABLE_X64 / JAX_ENABLE_X64: 64-bit types on (JAX's jax_enable_x64; off as in JAX)
 
 
 def _positive(name: str, default: str) -> int:
@@ -38,6 +39,17 @@ def _seconds(name: str, default: str) -> float:
     return value
 
 
+def _flag(*names: str) -> bool:
+    """An on/off environment variable (the first of `names` that is set): 1/true/yes/on or 0/false/no/off/''."""
+    for name in names:
+        text = os.environ.get(name)
+        if text is None: continue
+        if text.strip().lower() in ("1", "true", "yes", "on"): return True
+        if text.strip().lower() in ("0", "false", "no", "off", ""): return False
+        raise ValueError(f"{name}={text!r}: expected 1/true or 0/false")
+    return False
+
+
 def _read() -> Config:
     cache = os.environ.get("FNX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fnx"))
     return Config(device=os.environ.get("FNX_DEVICE", "cpu"), debug=int(os.environ.get("FNX_DEBUG", "0") or 0),
@@ -48,21 +60,36 @@ def _read() -> Config:
                                 cpu_target=os.environ.get("FNX_CPU_TARGET", "") or "native",
                                 distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"),
                                 cuda_arch=os.environ.get("FNX_CUDA_ARCH", "") or "sm_90",
-                                explain_cache_misses=os.environ.get("FNX_EXPLAIN_RETRACE", "0") not in ("", "0"))
+                                explain_cache_misses=os.environ.get("FNX_EXPLAIN_RETRACE", "0") not in ("", "0"),
+                                enable_x64=_flag("FNX_ENABLE_X64", "JAX_ENABLE_X64"))
 
 
 config = _read()
 
 # the settings `update` may change while the program runs (the others are read once, at import)
-_UPDATABLE = {"explain_cache_misses": bool}
+_UPDATABLE = {"explain_cache_misses": bool, "enable_x64": bool}
 
 
 def update(name: str, value) -> None:
-    """Change a setting at run time, as `jax.config.update`: `fnx.config.update("explain_cache_misses", True)`
-    (JAX's `jax_` prefix is accepted)."""
+    """Change a setting at run time, as `jax.config.update`: `fnx.config.update("explain_cache_misses", True)`,
+    `fnx.config.update("jax_enable_x64", True)` (JAX's `jax_` prefix is accepted)."""
     key = name.removeprefix("jax_")
     if key not in _UPDATABLE:
         raise AttributeError(f"fnx.config.update: unknown or import-time-only setting {name!r}; settable at run time: "
                              f"{sorted(_UPDATABLE)} (the others are environment variables read at import: see "
                              "fnx/config.py)")
     setattr(config, key, _UPDATABLE[key](value))
+
+
+def read(name: str):
+    """A setting's current value, as `jax.config.read`: `fnx.config.read("jax_enable_x64")`."""
+    key = name.removeprefix("jax_")
+    if not hasattr(config, key): raise AttributeError(f"fnx.config.read: unknown setting {name!r}")
+    return getattr(config, key)
+
+
+def __getattr__(name: str):
+    """`fnx.config.jax_enable_x64` and the other `jax_`-prefixed names read the setting, as on `jax.config`."""
+    if name.startswith("jax_") and hasattr(config, name.removeprefix("jax_")):
+        return getattr(config, name.removeprefix("jax_"))
+    raise AttributeError(f"module 'fnx.config' has no attribute {name!r}")

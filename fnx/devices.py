@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fnx import events, tree_util
+from fnx import dtypes, events, tree_util
 from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, get_device, platform_devices
 from fnx.backends.device import platform_of, processes
 from fnx.errors import at_user_line
@@ -82,6 +82,8 @@ def device_put(x: Any, device: Any = None) -> Any:
             leaf = to_array(leaf)  # lists and other array-likes: the same conversion as everywhere else
             if isinstance(leaf, Array): return put(leaf)
         value = np.array(leaf, copy=True)
+        narrow = dtypes.canonicalize(dtypes.from_numpy(value.dtype))  # x64 off: 64-bit host values enter as 32-bit
+        if narrow.np != value.dtype: value = value.astype(narrow.np)
         weak = isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic)
         array = to_array(leaf) if weak else None  # Python scalars keep their weak type and canonical dtype
         if array is not None: value = np.asarray(value, dtype=array.dtype)

@@ -4,34 +4,39 @@ fnx supports 13 dtypes: ``bool_``, signed and unsigned integers of 8-64 bits,
 ``float16``, ``bfloat16``, ``float32`` and ``float64``. Complex types are not
 supported.
 
-Policy: fnx behaves like JAX with ``jax_enable_x64`` turned on for explicit
-dtypes -- ``float64`` and ``int64`` arrays are kept as they are and promote per
-JAX's type promotion lattice -- but Python scalars and array creation functions
-default to ``float32`` / ``int32``. Concretely:
+64-bit types follow JAX's ``jax_enable_x64`` flag (``fnx.config.update("jax_enable_x64", True)``, the
+``JAX_ENABLE_X64`` / ``FNX_ENABLE_X64`` environment variables, or the ``fnx.enable_x64(True)`` context manager):
 
-* A Python ``int`` is a weakly typed ``int32`` and a Python ``float`` a weakly
-  typed ``float32``; a Python ``bool`` is a (strong) ``bool_``. Numpy scalars
-  are strongly typed with their own dtype.
-* A weakly typed result materializes at that default width (``int32`` /
-  ``float32``), widened to 64 bits only when some operand is 64-bit (weak or
-  strong: ``int64 * 0.5`` is float64, as in JAX with x64), so values are never
-  silently narrowed below what explicit dtypes asked for.
-* No promotion forms a 64-bit type from narrower operands (``int32 + uint32``
-  is ``int32``), as in JAX with x64 off.
+* x64 off (the default, as in JAX): values entering fnx are canonicalized to 32 bits -- numpy float64 / int64 /
+  uint64 arrays and scalars become float32 / int32 / uint32 silently, an explicitly requested 64-bit ``dtype=``
+  becomes its 32-bit type with JAX's UserWarning, and a Python int beyond int32 is an OverflowError. Python
+  scalars and creation functions default to ``float32`` / ``int32``.
+* x64 on: 64-bit types are kept, and Python scalars and creation functions default to ``float64`` / ``int64``.
+
+In both modes a Python ``int`` / ``float`` is weakly typed (it adapts to the other operand), a Python ``bool`` is a
+strong ``bool_``, and numpy scalars are strongly typed. Promotion is JAX's lattice; with x64 off a result no operand
+asked to be 64-bit is narrowed to 32 bits (``int32 + uint32`` is ``int32``), as JAX canonicalizes it. (fnx's own
+code may still build 64-bit values with x64 off, e.g. float64 accumulators; those promote as with x64 on.)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import ml_dtypes
 import numpy as np
 
+from fnx.config import config
+
 __all__ = [
     "DType", "DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "to_dtype", "from_numpy", "promote_types", "result_type",
-    "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float",
+    "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float", "x64_enabled", "enable_x64",
+    "canonicalize", "requested",
 ]
 
 
@@ -116,9 +121,60 @@ float64 = DType("float64", 8, "f")
 DTYPES: tuple[DType, ...] = (
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
 
-# Defaults for Python scalars and creation functions (see module docstring).
-default_int: DType = int32
-default_float: DType = float32
+_x64_local = threading.local()  # `enable_x64(...)` blocks: a per-thread override of config.enable_x64
+
+
+def x64_enabled() -> bool:
+    """Whether 64-bit types are on: the innermost `enable_x64` block of this thread, else the global flag."""
+    override = getattr(_x64_local, "value", None)
+    return config.enable_x64 if override is None else override
+
+
+@contextlib.contextmanager
+def enable_x64(new_val: bool = True) -> Iterator[None]:
+    """Turns 64-bit types on (or off) inside the block, in this thread only, as `jax.enable_x64(True)`."""
+    previous = getattr(_x64_local, "value", None)
+    _x64_local.value = bool(new_val)
+    try:
+        yield
+    finally:
+        _x64_local.value = previous
+
+
+def default_int() -> DType:
+    """The dtype of Python ints and integer creation functions: int64 with x64 on, else int32."""
+    return int64 if x64_enabled() else int32
+
+
+def default_float() -> DType:
+    """The dtype of Python floats and float creation functions: float64 with x64 on, else float32."""
+    return float64 if x64_enabled() else float32
+
+
+_NARROW = {"int64": int32, "uint64": uint32, "float64": float32}
+
+
+def canonicalize(dtype: DType) -> DType:
+    """`dtype` as it exists now: its 32-bit type when it is 64-bit and x64 is off (JAX's canonicalize_dtype)."""
+    if dtype.itemsize != 8 or x64_enabled(): return dtype
+    return _NARROW[dtype.name]
+
+
+def requested(x: Any, where: str = "") -> DType:
+    """A dtype the user asked for (a `dtype=` argument, `astype`): `to_dtype(x)`, narrowed to 32 bits with JAX's
+    UserWarning when it is 64-bit and x64 is off; `where` names the function in the warning. An fnx `DType` object
+    is taken as it is: fnx's own code passes `dtypes.float64` for its float64 work (users pass numpy's types or
+    names, `jnp.float64` being numpy's)."""
+    dtype = to_dtype(x)
+    if isinstance(x, DType): return dtype  # fnx's own DType objects (its code's float64 work) mean what they say
+    narrow = canonicalize(dtype)
+    if narrow is not dtype:
+        place = f"requested in {where} " if where else ""
+        warnings.warn(f"Explicitly requested dtype {dtype} {place}is not available, "
+                      f"and will be truncated to dtype {narrow}. To enable more dtypes, set the jax_enable_x64 "
+                      "configuration option or the JAX_ENABLE_X64 shell environment variable (fnx.config.update("
+                      "\"jax_enable_x64\", True)).", UserWarning, stacklevel=3)
+    return narrow
 
 _NP_OF = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in DTYPES}
 _BY_NAME = {d.name: d for d in DTYPES} | {"bool_": bool_}
@@ -171,9 +227,9 @@ def to_dtype(x: Any) -> DType:
     if x is bool:
         return bool_
     if x is int:
-        return default_int
+        return default_int()
     if x is float:
-        return default_float
+        return default_float()
     if x is complex:
         raise TypeError("complex dtypes are not supported by fnx")
     if isinstance(x, str):
@@ -189,16 +245,16 @@ def to_dtype(x: Any) -> DType:
 
 
 # ---------------------------------------------------------------------------
-# Type promotion lattice (JAX's, complex nodes removed). As in JAX with x64 off, no promotion forms a 64-bit type from
-# narrower inputs: uint32 with a signed int of at most 32 bits is int32 (JAX's u4 -> i4 edge); with a 64-bit operand
-# the result is JAX's x64 one.
+# Type promotion lattice (JAX's, complex nodes removed). With x64 off, a result that no operand asked to be 64-bit
+# is narrowed to 32 bits afterwards (`_narrow`), as JAX canonicalizes it: uint32 with int32 joins at int64 on the
+# lattice and is int32 with x64 off.
 
 _CODE = {
     bool_: "b1", uint8: "u1", uint16: "u2", uint32: "u4", uint64: "u8", int8: "i1", int16: "i2", int32: "i4",
     int64: "i8", bfloat16: "bf", float16: "f2", float32: "f4", float64: "f8"}
 _OF_CODE = {c: d for d, c in _CODE.items()}
 _EDGES = {
-    "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i4"], "u8": ["f*"],
+    "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i8"], "u8": ["f*"],
     "i1": ["i2"], "i2": ["i4"], "i4": ["i8"], "i8": ["f*"], "f*": ["bf", "f2"], "bf": ["f4"], "f2": ["f4"],
     "f4": ["f8"], "f8": []}
 
@@ -248,32 +304,40 @@ def promote_types(a: Any, b: Any) -> DType:
       >>> promote_types(uint64, int64)
       float64
     """
-    j = _join(_CODE[to_dtype(a)], _CODE[to_dtype(b)])
-    return float64 if j == "f*" else _OF_CODE[j]
+    da, db = to_dtype(a), to_dtype(b)
+    j = _join(_CODE[da], _CODE[db])
+    wide = da.itemsize == 8 or db.itemsize == 8
+    return (float64 if wide else default_float()) if j == "f*" else _narrow(_OF_CODE[j], wide)
+
+
+def _narrow(dtype: DType, wide: bool) -> DType:
+    """A promotion result: narrowed to 32 bits when x64 is off and no operand was 64-bit."""
+    return dtype if wide else canonicalize(dtype)
 
 
 def canonicalize_scalar(x: Any) -> tuple[DType, bool]:
     """Returns ``(dtype, weak_type)`` for a Python or numpy scalar.
 
-    Python ``bool`` is strongly typed ``bool_``; Python ``int`` is a weak ``int32``
-    (``int64`` if it does not fit in 32 bits); Python ``float`` is a weak
-    ``float32``. Numpy scalars keep their exact dtype and are strongly typed.
+    Python ``bool`` is strongly typed ``bool_``; Python ``int`` and ``float`` are
+    weakly typed at the default width (:func:`default_int`, :func:`default_float`).
+    Numpy scalars are strongly typed with their dtype (canonicalized: see :func:`canonicalize`).
 
     Raises:
       TypeError: for complex and non-scalar values.
-      OverflowError: for a Python int outside the int64 range.
+      OverflowError: for a Python int outside the default int's range (int32 with x64 off, as in JAX).
     """
     if isinstance(x, np.generic):
-        return from_numpy(x.dtype), False
+        return canonicalize(from_numpy(x.dtype)), False
     if isinstance(x, bool):
         return bool_, False
     if isinstance(x, int):
-        for dt in (default_int, int64):
-            if dt.min <= x <= dt.max:
-                return dt, True
-        raise OverflowError(f"Python int {x} is too large to convert to int64")
+        dt = default_int()
+        if dt.min <= x <= dt.max:
+            return dt, True
+        hint = "" if x64_enabled() else " (64-bit ints need fnx.config.update('jax_enable_x64', True))"
+        raise OverflowError(f"Python int {x} too large to convert to {dt}{hint}")
     if isinstance(x, float):
-        return default_float, True
+        return default_float(), True
     if isinstance(x, complex):
         raise TypeError("complex scalars are not supported by fnx")
     raise TypeError(f"Expected a Python or numpy scalar, got {x!r}")
@@ -318,14 +382,13 @@ def result_type(*operands: Any) -> tuple[DType, bool]:
     ops = [_operand(x) for x in operands]
     nodes = [_node(d, w) for d, w in ops]
     lub = functools.reduce(_join, nodes)
-    if lub not in ("i*", "f*"):
-        return _OF_CODE[lub], False
-    kind = "f" if lub == "f*" else "i"
-    # A 64-bit operand (weak or strong) makes the result JAX's x64 one: float64 / int64, never narrowed.
+    # a 64-bit operand (weak or strong; with x64 off only fnx's own code makes one) keeps the x64 answer
     wide = any(d.itemsize == 8 for d, _ in ops)
-    if kind == "f":
-        return (float64 if wide else default_float), True
-    return (int64 if wide else default_int), True
+    if lub not in ("i*", "f*"):
+        return _narrow(_OF_CODE[lub], wide), False
+    if lub == "f*":
+        return (float64 if wide else default_float()), True
+    return (int64 if wide else default_int()), True
 
 
 def finfo(dtype: Any) -> Any:

@@ -150,13 +150,13 @@ def select(pred, on_true, on_false) -> Array:
 @eager_op
 def convert_element_type(x, new_dtype) -> Array:
     """Cast to `new_dtype` (float->int truncates toward zero; anything->bool is x != 0); strongly typed."""
-    return with_weak(cast(to_array(x), dtypes.to_dtype(new_dtype)), False)
+    return with_weak(cast(to_array(x), dtypes.requested(new_dtype, "convert_element_type")), False)
 
 
 @eager_op
 def bitcast_convert_type(x, new_dtype) -> Array:
     """Reinterpret the bits of each element as `new_dtype` (same item size)."""
-    a, dtype = to_array(x), dtypes.to_dtype(new_dtype)
+    a, dtype = to_array(x), dtypes.requested(new_dtype, "bitcast_convert_type")
     if dtype.itemsize != a.uop.dtype.itemsize:
         raise TypeError(at_user_line(f"bitcast_convert_type: {a.uop.dtype} and {dtype} differ in size"))
     return Array(UOp(Ops.BITCAST, dtype, (a.uop,)))
@@ -386,7 +386,7 @@ def optimization_barrier(x) -> Any:
 
 def full(shape: Sequence[int], fill_value, dtype=None) -> Array:
     shape = canonical_shape(shape, "full")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.canonicalize_scalar(
+    dt = dtypes.requested(dtype, "full") if dtype is not None else dtypes.canonicalize_scalar(
         fill_value.item() if isinstance(fill_value, np.generic) else fill_value)[0]
     if isinstance(fill_value, Array):
         return broadcast_in_dim(convert_element_type(fill_value, dt), shape, ())
@@ -400,7 +400,7 @@ def iota(dtype, size: int) -> Array:
 
 def broadcasted_iota(dtype, shape: Sequence[int], dimension: int) -> Array:
     """An array of `shape` whose value is its index along `dimension`."""
-    dt, shape = dtypes.to_dtype(dtype), canonical_shape(shape, "broadcasted_iota")
+    dt, shape = dtypes.requested(dtype, "broadcasted_iota"), canonical_shape(shape, "broadcasted_iota")
     dimension = normalize_axes(dimension, len(shape), "broadcasted_iota")[0]
     index_dtype = dtypes.int32 if dt.itemsize <= 4 or not dt.is_int else dtypes.int64
     index = UOp(Ops.IOTA, index_dtype, (), IotaArg(shape, dimension))
@@ -493,7 +493,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
                                       f"{b.uop.dtype}{list(b.shape)} using dimension_numbers {dimension_numbers}"))
     lf = tuple(i for i in range(a.ndim) if i not in lc and i not in lb)
     rf = tuple(i for i in range(b.ndim) if i not in rc and i not in rb)
-    out_dtype = dtypes.to_dtype(preferred_element_type) if preferred_element_type is not None else dtype
+    out_dtype = dtypes.requested(preferred_element_type, "dot_general") if preferred_element_type is not None else dtype
     acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
     a, b = convert_element_type(a, acc), convert_element_type(b, acc)
     batch, cont = sizes(a, lb), sizes(a, lc)

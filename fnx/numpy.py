@@ -86,7 +86,7 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
       Python int or float (or a weakly typed Array) and no `dtype` is given: `array(2.0) * float16_array` stays
       float16.
     """
-    out = as_array(object, None if dtype is None else dtypes.to_dtype(dtype))
+    out = as_array(object, None if dtype is None else dtypes.requested(dtype, "array"))
     return lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape) if out.ndim < ndmin else out
 
 
@@ -124,13 +124,15 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> Array:
 @eager_op
 def zeros(shape: Any, dtype: Any = None) -> Array:
     """An array of zeros (float32 unless `dtype` is given)."""
-    return lax.full(_shape_arg(shape, "zeros"), 0, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    dt = dtypes.requested(dtype, "zeros") if dtype is not None else dtypes.default_float()
+    return lax.full(_shape_arg(shape, "zeros"), 0, dt)
 
 
 @eager_op
 def ones(shape: Any, dtype: Any = None) -> Array:
     """An array of ones (float32 unless `dtype` is given)."""
-    return lax.full(_shape_arg(shape, "ones"), 1, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    dt = dtypes.requested(dtype, "ones") if dtype is not None else dtypes.default_float()
+    return lax.full(_shape_arg(shape, "ones"), 1, dt)
 
 
 @eager_op
@@ -193,7 +195,7 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
     if stop is None: start, stop = 0, start
     step = 1 if step is None else step
     if step == 0: raise ValueError(at_user_line("arange: step must not be zero"))
-    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.result_type(start, stop, step)[0]
+    dt = dtypes.requested(dtype, "arange") if dtype is not None else dtypes.result_type(start, stop, step)[0]
     n = builtins.max(0, math.ceil((stop - start) / step))
     if dt.is_float:  # float64 index arithmetic, rounded once to the result dtype
         values = lax.add(lax.mul(lax.iota(dtypes.float64, n), float(step)), float(start))
@@ -211,7 +213,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     (num,) = lax.canonical_shape(num, "linspace", nonnegative=False)
     if num < 0: raise ValueError(at_user_line(f"linspace: number of samples {num} must be non-negative"))
     (lo, hi), _ = prepare("linspace", start, stop)
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(lo))
+    dt = dtypes.requested(dtype, "linspace") if dtype is not None else inexact_dtype(_dt(lo))
     work = dtypes.float64
     lo, hi = cast(lo, work), cast(hi, work)
     div = num - 1 if endpoint else num
@@ -222,7 +224,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     if endpoint and num > 1: values = where(index == num - 1, _broadcast(hi, shape), values)
     values = moveaxis(values, 0, axis)
     values = cast(values if dt.is_float else floor(values), dt)
-    return (values, cast(step, dt if dt.is_float else dtypes.default_float)) if retstep else values
+    return (values, cast(step, dt if dt.is_float else dtypes.default_float())) if retstep else values
 
 
 @eager_op
@@ -231,7 +233,7 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     shape = lax.canonical_shape((N, N if M is None else M), "eye")
     rows, cols = lax.broadcasted_iota(dtypes.int32, shape, 0), lax.broadcasted_iota(dtypes.int32, shape, 1)
     diagonal = lax.add(rows, operator.index(k)) == cols
-    return cast(diagonal, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    return cast(diagonal, dtypes.requested(dtype, "eye") if dtype is not None else dtypes.default_float())
 
 
 @eager_op
@@ -914,8 +916,9 @@ def _concrete_ints(x: Any, name: str, what: str) -> np.ndarray:
 
 @eager_op
 def nonzero(a: Any) -> tuple[Array, ...]:
-    """Indices of the nonzero elements, one int32 array per axis (needs a concrete value)."""
-    return tuple(array(i.astype(np.int32)) for i in np.nonzero(np.atleast_1d(_concrete(a, "nonzero"))))
+    """Indices of the nonzero elements, one array of the default int per axis (needs a concrete value)."""
+    index = dtypes.default_int().np
+    return tuple(array(i.astype(index)) for i in np.nonzero(np.atleast_1d(_concrete(a, "nonzero"))))
 
 
 # ---- reductions ----
@@ -926,8 +929,11 @@ def _reduce_axes(a: Array, axis: Any, name: str) -> tuple[int, ...]:
 
 
 def _sum_dtype(dt: DType) -> DType:
-    """JAX promotes sums and products of bools and small integers to 32 bits."""
-    if dt.is_bool or (dt.is_int and dt.itemsize < 4): return dtypes.uint32 if dt.is_unsigned else dtypes.int32
+    """JAX promotes sums and products of bools and integers narrower than the default int to it (int32, or int64
+    with x64 on; unsigned ones to the unsigned type of that width)."""
+    wide = dtypes.default_int()
+    if dt.is_bool or (dt.is_int and dt.itemsize < wide.itemsize):
+        return (dtypes.uint64 if wide.itemsize == 8 else dtypes.uint32) if dt.is_unsigned else wide
     return dt
 
 
@@ -935,7 +941,7 @@ def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: b
                 identity: int) -> Array:
     x = as_operand(a, name)
     axes = _reduce_axes(x, axis, name)
-    out_dtype = dtypes.to_dtype(dtype) if dtype is not None else _sum_dtype(_dt(x))
+    out_dtype = dtypes.requested(dtype) if dtype is not None else _sum_dtype(_dt(x))
     acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
     x = cast(x, acc)
     if where_mask is not None: x = globals()["where"](where_mask, x, _full(x, identity))
@@ -991,10 +997,10 @@ def _arg_reduction(name: str, lax_fn):
     def fn(a: Any, axis: int | None = None, out: None = None, keepdims: bool = False) -> Array:
         x = as_operand(a, name)
         if axis is None:
-            out = lax_fn(ravel(x), 0, dtypes.int32)
+            out = lax_fn(ravel(x), 0, dtypes.default_int())
             return lax.reshape(out, (1,) * x.ndim) if keepdims else out
         axis = normalize_axes(axis, x.ndim, name)[0]
-        out = lax_fn(x, axis, dtypes.int32)
+        out = lax_fn(x, axis, dtypes.default_int())
         return expand_dims(out, axis) if keepdims else out
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"int32 index of the first {name[3:]}imum along `axis` (None: of the flattened array); NaN wins."
@@ -1030,7 +1036,7 @@ def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims
          where: Any = None) -> Array:
     """Arithmetic mean over `axis`; integers give float32 (float64 for 64-bit ints). Empty reductions give NaN."""
     x = as_operand(a, "mean")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
+    dt = dtypes.requested(dtype, "mean") if dtype is not None else inexact_dtype(_dt(x))
     axes = _reduce_axes(x, axis, "mean")
     work = dtypes.float32 if dt.itemsize < 4 else dt  # as JAX: a 16-bit mean divides in float32 (no overflow)
     total = sum(x, axis=axes, dtype=work, keepdims=keepdims, where=where)
@@ -1044,7 +1050,7 @@ def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int
         keepdims: bool = False) -> Array:
     """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof)."""
     x = as_operand(a, "var")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
+    dt = dtypes.requested(dtype, "var") if dtype is not None else inexact_dtype(_dt(x))
     work = dtypes.float32 if dt.itemsize < 4 else dt
     x = cast(x, work)
     axes = _reduce_axes(x, axis, "var")
@@ -1065,8 +1071,8 @@ def _cumulative(name: str, lax_fn):
         x = as_operand(a, name)
         if axis is None: x, axis = ravel(x), 0
         # unlike sum/prod, JAX keeps small integer dtypes (int8 stays int8, wrapping); bools count as int32
-        default = dtypes.int32 if _dt(x).is_bool else _dt(x)
-        out_dtype = dtypes.to_dtype(dtype) if dtype is not None else default
+        default = dtypes.default_int() if _dt(x).is_bool else _dt(x)
+        out_dtype = dtypes.requested(dtype) if dtype is not None else default
         acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
         return with_weak(cast(lax_fn(cast(x, acc), normalize_axes(axis, x.ndim, name)[0]), out_dtype), False)
     fn.__name__ = fn.__qualname__ = name
@@ -1187,14 +1193,14 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
     if builtins.any(x.ndim == 0 for x in arrs):
         raise ValueError(at_user_line("concatenate: zero-dimensional arrays cannot be concatenated"))
     out = with_weak(lax.concatenate(arrs, normalize_axes(axis, arrs[0].ndim, "concatenate")[0]), arrs[0].weak_type)
-    return out if dtype is None else cast(out, dtypes.to_dtype(dtype))
+    return out if dtype is None else cast(out, dtypes.requested(dtype, "concatenate"))
 
 
 @eager_op
 def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
     """Join arrays of one shape along a new `axis`."""
     out = stack_arrays([as_operand(x, "stack") for x in arrays], axis)
-    return out if dtype is None else cast(out, dtypes.to_dtype(dtype))
+    return out if dtype is None else cast(out, dtypes.requested(dtype, "stack"))
 
 
 def _slice_axis(x: Array, start: int, stop: int, axis: int) -> Array:

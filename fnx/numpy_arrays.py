@@ -97,7 +97,7 @@ def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     """
     rows, cols = lax.canonical_shape((N, N if M is None else M), "tri")
     mask = _tri_mask(rows, cols, _int(k, "tri", "k"), lower=True)
-    return cast(mask, dtypes.to_dtype(dtype) if dtype is not None else dtypes.float32)
+    return cast(mask, dtypes.requested(dtype, "tri") if dtype is not None else dtypes.float32)
 
 
 def _triangle(name: str, lower: bool):
@@ -126,7 +126,7 @@ def indices(dimensions: Sequence[int], dtype: Any = None, sparse: bool = False) 
     Example: `indices((2, 3))[1]` -> [[0, 1, 2], [0, 1, 2]].
     """
     shape = lax.canonical_shape(dimensions, "indices")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.int32
+    dt = dtypes.requested(dtype, "indices") if dtype is not None else dtypes.default_int()
     if sparse:
         return tuple(lax.reshape(lax.iota(dt, n), tuple(n if i == d else 1 for i in range(len(shape))))
                      for d, n in enumerate(shape))
@@ -179,7 +179,7 @@ class _Grid:
             raise TypeError(at_user_line(f"{self.name}: expected slices like 0:3 or 0:1:5j, got {key!r}"))
         floats = builtins.any(isinstance(v, (float, complex, np.floating)) for k in keys
                               for v in (k.start, k.stop, k.step))
-        axes = [cast(a, dtypes.float32) if floats else a for a in map(_grid_axis, keys)]
+        axes = [cast(a, dtypes.default_float()) if floats else a for a in map(_grid_axis, keys)]
         if not isinstance(key, tuple): return axes[0]
         grids = meshgrid(*axes, indexing="ij", sparse=self.sparse)
         if self.sparse: return grids
@@ -245,7 +245,7 @@ def _float_result(name: str, args: Sequence[Any], dtype: Any) -> tuple[list[Arra
     """The arguments as float64 (the working precision) and the result dtype (`dtype`, else their promoted
     inexact type)."""
     arrays, _ = promote([as_operand(a, name) for a in args])
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(arrays[0]))
+    dt = dtypes.requested(dtype) if dtype is not None else inexact_dtype(_dt(arrays[0]))
     return [cast(a, dtypes.float64) for a in arrays], dt
 
 
@@ -292,7 +292,7 @@ def fromfunction(function: Callable, shape: Any, *, dtype: Any = float, **kwargs
     Example: `fromfunction(lambda i, j: i + j, (2, 2))` -> [[0., 1.], [1., 2.]].
     """
     shape = lax.canonical_shape(shape, "fromfunction")
-    dt = dtypes.to_dtype(dtype)
+    dt = dtypes.requested(dtype, "fromfunction")
     return function(*(lax.broadcasted_iota(dt, shape, d) for d in range(len(shape))), **kwargs)
 
 
@@ -303,12 +303,13 @@ def _host_dtype(dtype: Any) -> np.dtype:
 def frombuffer(buffer: Any, dtype: Any = float, count: int = -1, offset: int = 0) -> Array:
     """A 1-D array of the bytes of `buffer` read as `dtype` (numpy.frombuffer, then placed on the device)."""
     return array(np.frombuffer(buffer, dtype=_host_dtype(dtype), count=count, offset=offset),
-                 dtype=dtypes.to_dtype(dtype))
+                 dtype=dtypes.requested(dtype, "frombuffer"))
 
 
 def fromstring(string: str, dtype: Any = float, count: int = -1, *, sep: str) -> Array:
     """A 1-D array of the numbers in `string` separated by `sep` (numpy.fromstring, then placed on the device)."""
-    return array(np.fromstring(string, dtype=_host_dtype(dtype), count=count, sep=sep), dtype=dtypes.to_dtype(dtype))
+    return array(np.fromstring(string, dtype=_host_dtype(dtype), count=count, sep=sep),
+                 dtype=dtypes.requested(dtype, "fromstring"))
 
 
 def fromiter(*args: Any, **kwargs: Any) -> Array:
@@ -1009,7 +1010,7 @@ def _nonzero_sized(x: Array, size: int | None, fill_value: Any, name: str) -> li
     for d, n in enumerate(x.shape):
         stride = math.prod(x.shape[d + 1:])
         coord = lax.rem(lax.div(order, stride), n) if n else order
-        coords.append(where(valid, coord, _full(coord, int(fills[d]))))
+        coords.append(cast(where(valid, coord, _full(coord, int(fills[d]))), dtypes.default_int()))
     return coords
 
 

@@ -22,10 +22,10 @@ from fnx import dtypes, lax
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, UnsupportedError, at_user_line
 from fnx.numpy import (_abs, _as_bool, _broadcast, _concrete, _copysign, _dt, _float_bits, _float_math, _float_ufunc,
-                       _full, _log, _reduce_axes, _signbit, _slice_axis, all, argmax, argmin, array, concatenate,
-                       cumprod, cumsum, equal, exp, exp2, expand_dims, floor_divide, invert, isinf, isnan, left_shift,
-                       linspace, log1p, matmul, max, maximum, mean, min, minimum, mod, moveaxis, power, prod, ravel,
-                       reshape, right_shift, sin, sqrt, stack, sum, transpose, where, zeros)
+                       _full, _log, _reduce_axes, _signbit, _slice_axis, _sum_dtype, all, argmax, argmin, array,
+                       concatenate, cumprod, cumsum, equal, exp, exp2, expand_dims, floor_divide, invert, isinf, isnan,
+                       left_shift, linspace, log1p, matmul, max, maximum, mean, min, minimum, mod, moveaxis, power,
+                       prod, ravel, reshape, right_shift, sin, sqrt, stack, sum, transpose, where, zeros)
 from fnx.trace import (Array, as_operand, broadcast_shapes, cast, check_operand, eager_op, elementwise, inexact_dtype,
                        normalize_axes, prepare, promote, shape_str, state, with_weak)
 
@@ -513,7 +513,7 @@ def nanmean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepd
             where: Any = None) -> Array:
     """mean of the elements that are not NaN (NaN where there are none)."""
     x = as_operand(a, "nanmean")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
+    dt = dtypes.requested(dtype, "nanmean") if dtype is not None else inexact_dtype(_dt(x))
     work = dtypes.float32 if dt.itemsize < 4 else dt
     mask = _nan_mask(x, where)
     total = sum(_select(mask, cast(x, work), _full(x, 0.0, work)), axis=axis, keepdims=keepdims)
@@ -526,7 +526,7 @@ def nanvar(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: 
            where: Any = None, mean: Any = None) -> Array:
     """var of the elements that are not NaN: sum(|x - mean|**2) / (count - ddof), NaN where count <= ddof."""
     x = as_operand(a, "nanvar")
-    dt = dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x))
+    dt = dtypes.requested(dtype, "nanvar") if dtype is not None else inexact_dtype(_dt(x))
     work = dtypes.float32 if dt.itemsize < 4 else dt
     mask = _nan_mask(x, where)
     xw = cast(x, work)
@@ -569,7 +569,7 @@ def _cumulative(name: str, running: Callable, identity: int, widen: bool) -> Cal
             axis = 0
         axis = normalize_axes(axis, arr.ndim, name)[0]
         if widen and dtype is None and (_dt(arr).is_bool or (_dt(arr).is_int and _dt(arr).itemsize < 4)):
-            dtype = dtypes.uint32 if _dt(arr).is_unsigned else dtypes.int32  # JAX widens sums, not products
+            dtype = _sum_dtype(_dt(arr))  # JAX widens sums, not products
         out = running(arr, axis=axis, dtype=dtype)
         if not include_initial: return out
         start = lax.full(out.shape[:axis] + (1,) + out.shape[axis + 1:], identity, _dt(out))
@@ -596,7 +596,7 @@ def ptp(a: Any, axis: Any = None, out: None = None, keepdims: bool = False) -> A
 @eager_op
 def count_nonzero(a: Any, axis: Any = None, keepdims: bool = False) -> Array:
     """The number of nonzero (true) elements over `axis`, as int32."""
-    return sum(_as_bool(as_operand(a, "count_nonzero")), axis=axis, keepdims=keepdims, dtype=dtypes.int32)
+    return sum(_as_bool(as_operand(a, "count_nonzero")), axis=axis, keepdims=keepdims, dtype=dtypes.default_int())
 
 
 @eager_op
@@ -642,7 +642,7 @@ def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: in
     frequency (`fweights`) and reliability (`aweights`) weights; divisor N - ddof (ddof = 0 if `bias` else 1)."""
     x = _observations(m, rowvar, "cov")
     if y is not None: x = concatenate([x, _observations(y, rowvar, "cov")], axis=0)
-    x = cast(x, dtypes.to_dtype(dtype) if dtype is not None else inexact_dtype(_dt(x)))
+    x = cast(x, dtypes.requested(dtype, "cov") if dtype is not None else inexact_dtype(_dt(x)))
     ddof = (0 if bias else 1) if ddof is None else _int_arg(ddof, "cov", "ddof")
     n = x.shape[1]
     w = None
@@ -1076,7 +1076,7 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0, *, length: int | N
         values = np.asarray(v)
         length = builtins.max(minlength, int(values.max()) + 1 if values.size else 0)
     length = _int_arg(length, "bincount", "length")
-    w = lax.full(v.shape, 1, dtypes.int32) if weights is None else as_operand(weights, "bincount")
+    w = lax.full(v.shape, 1, dtypes.default_int()) if weights is None else as_operand(weights, "bincount")
     if weights is not None: w = _broadcast(w, v.shape, "bincount")
     index = cast(v, dtypes.int32)
     index = where(index < 0, _full(index, 0), index)

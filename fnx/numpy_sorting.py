@@ -17,7 +17,7 @@ from fnx import dtypes, lax
 from fnx import numpy as jnp
 from fnx.errors import ConcretizationError, at_user_line
 from fnx.lax_sort import argsort_keys, order_keys
-from fnx.trace import Array, eager_op
+from fnx.trace import Array, cast, eager_op
 
 __all__ = ["argpartition", "argsort", "intersect1d", "isin", "lexsort", "median", "nanmedian", "nanpercentile",
            "nanquantile", "partition", "percentile", "quantile", "searchsorted", "setdiff1d", "setxor1d", "sort",
@@ -38,7 +38,7 @@ def argsort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = Non
     """The int32 indices that sort `a` along `axis` (None: flattened); stable, also when `descending` (equal
     elements keep their order)."""
     a, axis = _along(a, axis)
-    return argsort_keys([a], axis, descending)
+    return cast(argsort_keys([a], axis, descending), dtypes.default_int())  # (int64 with x64 on, as JAX)
 
 
 @eager_op
@@ -57,7 +57,7 @@ def lexsort(keys: Any, axis: int = -1) -> Array:
     if not keys: raise TypeError(at_user_line("lexsort: need at least one key"))
     if len({k.shape for k in keys}) != 1:
         raise ValueError(at_user_line(f"lexsort: all keys must have one shape, got {[k.shape for k in keys]}"))
-    return argsort_keys(keys[::-1], int(axis) % keys[0].ndim)
+    return cast(argsort_keys(keys[::-1], int(axis) % keys[0].ndim), dtypes.default_int())
 
 
 @eager_op

@@ -243,7 +243,7 @@ def bits(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
       >>> fnx.random.bits(fnx.random.PRNGKey(0), (3,))
       Array([4070199207, 4202968722, 1427181096], dtype=uint32)
     """
-    dt = dtypes.uint32 if dtype is None else dtypes.to_dtype(dtype)
+    dt = dtypes.uint32 if dtype is None else dtypes.requested(dtype, "bits")
     if not dt.is_unsigned:
         raise ValueError(at_user_line(f"bits: dtype must be an unsigned integer type, got {dt}"))
     return _random_bits(_key_array(key, "bits"), dt.bits, _shape(shape, "bits"))
@@ -454,7 +454,7 @@ def _nextafter(x: Array, up: bool) -> Array:
 # ---- samplers ----
 
 def _float_dtype(dtype: Any, name: str) -> DType:
-    dt = dtypes.float32 if dtype is None else dtypes.to_dtype(dtype)
+    dt = dtypes.default_float() if dtype is None else dtypes.requested(dtype)
     if not dt.is_float:
         raise ValueError(at_user_line(f"{name}: dtype must be a float dtype, got {dt}"))
     return dt
@@ -634,7 +634,7 @@ def randint(key: Any, shape: Shape, minval: Any, maxval: Any, dtype: Any = None)
     Example:
       >>> fnx.random.randint(fnx.random.PRNGKey(0), (4,), 0, 10)
     """
-    dt = dtypes.int32 if dtype is None else dtypes.to_dtype(dtype)
+    dt = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "randint")
     if not dt.is_int:
         raise TypeError(at_user_line(f"randint: dtype must be an integer dtype, got {dt}"))
     k, shape = _key_array(key, "randint"), _shape(shape, "randint")
@@ -723,12 +723,13 @@ def categorical(key: Any, logits: Any, axis: int = -1, shape: Shape | None = Non
 def _stable_argsort(keys: Array, axis: int) -> Array:
     """The int32 permutation that stably sorts `keys` along `axis` (ascending; equal keys keep their order)."""
     moved = jnp.moveaxis(keys, axis, -1)
-    traced = _argsort_network(moved.shape, moved.uop.dtype, moved.uop.device or state.default_device)
+    traced = _argsort_network(moved.shape, moved.uop.dtype, moved.uop.device or state.default_device,
+                              dtypes.x64_enabled())
     return jnp.moveaxis(Array(inline(traced, list(traced.body.src), [moved])[0]), -1, axis)
 
 
 @functools.lru_cache(maxsize=64)
-def _argsort_network(shape: tuple[int, ...], dtype: DType, device: str) -> Traced:
+def _argsort_network(shape: tuple[int, ...], dtype: DType, device: str, x64: bool) -> Traced:
     """The sorting network for keys of one shape and dtype on one device (its tables live there), traced once:
     traced anew, its scan's body got a new tag every call, so each eager permutation was a new graph compiled
     again (0.45 s for 2,000 elements)."""
@@ -918,7 +919,7 @@ def _sample_shape(name: str, shape: Shape | None, *params: Array) -> tuple[int, 
 
 
 def _int_dtype(dtype: Any, name: str) -> DType:
-    dt = dtypes.int32 if dtype is None else dtypes.to_dtype(dtype)
+    dt = dtypes.default_int() if dtype is None else dtypes.requested(dtype)
     if not dt.is_int:
         raise ValueError(at_user_line(f"{name}: dtype must be an integer dtype, got {dt}"))
     return dt
@@ -1003,7 +1004,7 @@ def rademacher(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
     Example:
       >>> fnx.random.rademacher(fnx.random.PRNGKey(0), (4,))
     """
-    dt = dtypes.int32 if dtype is None else dtypes.to_dtype(dtype)
+    dt = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "rademacher")
     return _rademacher(_key_array(key, "rademacher"), _shape(shape, "rademacher"), dt)
 
 

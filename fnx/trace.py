@@ -464,8 +464,8 @@ def abstract_leaf(x: Any) -> tuple[tuple[int, ...], DType, bool]:
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         dtype, weak = dtypes.canonicalize_scalar(x)
         return ((), dtype, weak)
-    if isinstance(x, (np.ndarray, np.generic)):
-        return (tuple(np.shape(x)), dtypes.from_numpy(np.asarray(x).dtype), False)
+    if isinstance(x, (np.ndarray, np.generic)):  # (x64 off: numpy's 64-bit values enter as 32-bit, as in JAX)
+        return (tuple(np.shape(x)), dtypes.canonicalize(dtypes.from_numpy(np.asarray(x).dtype)), False)
     raise TypeError(at_user_line(f"argument of type {type(x).__name__} is not a valid fnx array "
                                  "(expected an Array, a numpy array or a Python scalar)"))
 
@@ -596,7 +596,8 @@ def _stack_nested(x: list | tuple) -> Array:
 
 def constant_array(value: np.ndarray) -> Array:
     """A concrete Array holding a copy of a numpy array on the default device."""
-    dtype = dtypes.from_numpy(value.dtype)
+    dtype = dtypes.canonicalize(dtypes.from_numpy(value.dtype))
+    if dtype.np != value.dtype: value = value.astype(dtype.np)  # x64 off: numpy's 64-bit values enter as 32-bit
     if value.size == 1 or value.ndim == 0:  # small constants stay in the graph, where rewrites can fold them
         scalar = value.reshape(-1)[0].item() if value.size else 0
         return Array(UOp.const(dtype, scalar, value.shape))
@@ -605,9 +606,14 @@ def constant_array(value: np.ndarray) -> Array:
 
 
 def _canonical_host(value: np.ndarray) -> np.ndarray:
-    """Python lists and scalars default to float32 / int32 (int64 only when the values need it), as in JAX."""
-    if value.dtype == np.float64: return value.astype(np.float32)
-    if value.dtype == np.int64 and (value.size == 0 or (value.min() >= -2**31 and value.max() < 2**31)):
+    """Python lists and scalars in the default dtypes (float32 / int32, or float64 / int64 with x64 on), as in JAX;
+    an int that does not fit is an OverflowError, as in JAX."""
+    if value.dtype == np.float64: return value.astype(dtypes.default_float().np)
+    if value.dtype == np.int64 and not dtypes.x64_enabled():
+        if value.size and (value.min() < -2**31 or value.max() >= 2**31):
+            big = value.max() if value.max() >= 2**31 else value.min()
+            raise OverflowError(at_user_line(f"Python int {big} too large to convert to int32 (64-bit ints need "
+                                             "fnx.config.update('jax_enable_x64', True))"))
         return value.astype(np.int32)
     return value
 
@@ -681,7 +687,7 @@ def cast(a: Array, dtype: DType) -> Array:
 def inexact_dtype(dtype: DType) -> DType:
     """The float dtype an operation that needs floats computes in (64-bit integers -> float64)."""
     if dtype.is_float: return dtype
-    return dtypes.float64 if dtype.itemsize == 8 else dtypes.default_float
+    return dtypes.float64 if dtype.itemsize == 8 else dtypes.default_float()
 
 
 def promote(arrays: Sequence[Array], to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:
@@ -690,7 +696,7 @@ def promote(arrays: Sequence[Array], to_float: bool = False, numeric: bool = Fal
     compute as int32 (JAX's numeric promotion: `True // True` is int32 1)."""
     dtype, weak = dtypes.result_type(*[(a.uop.dtype, a.weak_type) for a in arrays])
     if to_float: dtype = inexact_dtype(dtype)
-    if numeric and dtype.is_bool: dtype, weak = dtypes.default_int, False
+    if numeric and dtype.is_bool: dtype, weak = dtypes.int32, False  # (int32 with x64 on too, as JAX)
     return [cast(a, dtype) for a in arrays], weak
 
 
@@ -908,4 +914,4 @@ right_shift = _shift(Ops.SHR, "right_shift")
 @eager_op
 def astype(x: Any, dtype: Any) -> Array:
     """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed."""
-    return with_weak(cast(as_operand(x, "astype"), dtypes.to_dtype(dtype)), False)
+    return with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)

@@ -72,3 +72,11 @@ def one_action(action, applied: list | set | None = None):
         if applied is not None: applied.add(action) if isinstance(applied, set) else applied.append(opt)
         return [opt]
     return choose
+
+
+def wide_inputs(*args) -> bool:
+    """Whether any argument is a 64-bit numpy array or scalar: a test that feeds float64/int64 tests that dtype, so
+    it runs under `fnx.enable_x64(wide_inputs(...))` (with x64 off, fnx narrows such inputs to 32 bits, as JAX)."""
+    import numpy as np
+    return any(isinstance(a, (np.ndarray, np.generic)) and a.dtype.itemsize == 8 and a.dtype.kind in "fiu"
+               for a in args)

@@ -34,6 +34,7 @@ if "FNX_CACHE_DIR" not in os.environ:
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -75,3 +76,39 @@ def jax_x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", previous)
+
+
+_WIDE_NAMES = ("float64", "int64", "uint64")
+
+
+def _wide(value) -> bool:
+    """Whether a test parameter is a 64-bit dtype (numpy's type or dtype, fnx's DType, or its name)."""
+    if isinstance(value, str): return value in _WIDE_NAMES
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name in _WIDE_NAMES
+    return type(value).__name__ == "DType" and getattr(value, "name", None) in _WIDE_NAMES
+
+
+@pytest.fixture(autouse=True)
+def _x64_for_64_bit_parameters(request):
+    """A test parametrized with a 64-bit dtype tests that dtype, so it runs with 64-bit types on (as a JAX user
+    testing float64 sets jax_enable_x64); every other test runs in the default mode, x64 off."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    if any(_wide(v) for v in params.values()): request.getfixturevalue("x64")
+
+
+@pytest.fixture
+def x64():
+    """fnx (and JAX, where installed) with 64-bit types on, for tests that compute in float64/int64: as a test
+    argument, or for a whole module `pytestmark = pytest.mark.usefixtures("x64")`."""
+    import fnx
+    try:
+        import jax
+    except ImportError:
+        jax = None
+    before = (fnx.config.read("jax_enable_x64"), jax.config.jax_enable_x64 if jax is not None else None)
+    fnx.config.update("jax_enable_x64", True)
+    if jax is not None: jax.config.update("jax_enable_x64", True)
+    yield
+    fnx.config.update("jax_enable_x64", before[0])
+    if jax is not None: jax.config.update("jax_enable_x64", before[1])

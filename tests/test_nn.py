@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 import fnx
 import fnx.nn as nn
 import fnx.numpy as jnp
+from assertions import wide_inputs
 
 F32, F64 = np.float32, np.float64
 TOL = {F32: (5e-6, 1e-6), F64: (1e-12, 1e-13)}
@@ -32,9 +33,11 @@ def inputs(dtype, n=48, seed=0):
 
 
 def run(fn, *args):
-    """fn on fnx arrays made from `args`, eagerly and under fnx.jit: two results (pytrees of numpy arrays)."""
-    arrays = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    return [fnx.tree_util.tree_map(np.asarray, r) for r in (fn(*arrays), fnx.jit(fn)(*arrays))]
+    """fn on fnx arrays made from `args`, eagerly and under fnx.jit: two results (pytrees of numpy arrays). 64-bit
+    inputs run with x64 on (`wide_inputs`)."""
+    with fnx.enable_x64(wide_inputs(*args)):
+        arrays = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+        return [fnx.tree_util.tree_map(np.asarray, r) for r in (fn(*arrays), fnx.jit(fn)(*arrays))]
 
 
 def check(got, want, tol, dtype):

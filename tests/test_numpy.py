@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 
 import fnx
 import fnx.numpy as jnp
+from assertions import wide_inputs
 
 
 def is_float(dtype) -> bool:
@@ -49,11 +50,13 @@ def values(draw, dtype, shape, lo=-10, hi=10):
 
 
 def run(fn, *args):
-    """fn on fnx arrays made from `args`, eagerly and under fnx.jit: two results (pytrees of numpy arrays)."""
-    arrays = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-    eager = fn(*arrays)
-    jitted = fnx.jit(fn)(*arrays)
-    return [fnx.tree_util.tree_map(np.asarray, r) for r in (eager, jitted)]
+    """fn on fnx arrays made from `args`, eagerly and under fnx.jit: two results (pytrees of numpy arrays). 64-bit
+    inputs run with x64 on (`wide_inputs`)."""
+    with fnx.enable_x64(wide_inputs(*args)):
+        arrays = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+        eager = fn(*arrays)
+        jitted = fnx.jit(fn)(*arrays)
+        return [fnx.tree_util.tree_map(np.asarray, r) for r in (eager, jitted)]
 
 
 def check(got, want, tol=(0, 0), dtype=None):
@@ -267,7 +270,9 @@ def test_weak_type_promotion(device):
     assert jnp.sum(u8).dtype == np.uint32 and jnp.sum(jnp.array([True, False])).dtype == np.int32
     assert jnp.mean(i32).dtype == np.float32 and jnp.argmax(i32).dtype == np.int32
     assert jnp.sin(i32).dtype == np.float32 and jnp.all(i32).dtype == np.bool_
-    assert (jnp.array(np.ones(2)) + 1.0).dtype == np.float64 and (jnp.array(2) * 2.5).dtype == np.float32
+    assert (jnp.array(np.ones(2)) + 1.0).dtype == np.float32 and (jnp.array(2) * 2.5).dtype == np.float32
+    with fnx.enable_x64():
+        assert (jnp.array(np.ones(2)) + 1.0).dtype == np.float64 and (jnp.array(2) * 2.5).dtype == np.float64
     assert jnp.result_type(np.int8, 1) == np.int8 and jnp.promote_types(jnp.bfloat16, jnp.float16) == np.float32
 
 
@@ -328,7 +333,7 @@ def test_argmax_argmin(device, data):
     axis = data.draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)))
     for name in ("argmax", "argmin"):
         check_both(lambda a: getattr(jnp, name)(a, axis=axis), lambda a: getattr(np, name)(a, axis=axis), x,
-                   dtype=np.int32)
+                   dtype=np.int64 if dtype == F64 else np.int32)  # (float64 runs with x64 on: int64 indices)
         check_both(lambda a: getattr(jnp, name)(a, axis=axis, keepdims=True),
                    lambda a: getattr(np, name)(a, axis=axis, keepdims=True), x)
 
@@ -399,8 +404,9 @@ def test_arange(device, args, kwargs):
                                           ((np.array([0.0, 1.0]), np.array([1.0, 3.0]), 3), {"axis": 1})])
 def test_linspace(device, args, kwargs):
     want = np.linspace(*args, **kwargs)
-    for got in run(lambda: jnp.linspace(*args, **kwargs)):
-        check(got, want, (1e-6, 1e-7), dtype=kwargs.get("dtype", F64 if isinstance(args[0], np.ndarray) else F32))
+    with fnx.enable_x64(kwargs.get("dtype") is jnp.float64):  # (numpy float64 endpoints give float32 with x64 off)
+        for got in run(lambda: jnp.linspace(*args, **kwargs)):
+            check(got, want, (1e-6, 1e-7), dtype=kwargs.get("dtype", F32))
     got, step = jnp.linspace(0, 1, 5, retstep=True)
     assert float(step) == 0.25
 

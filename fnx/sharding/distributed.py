@@ -271,13 +271,15 @@ def make_array_from_callback(shape: Sequence[int], sharding: Any, data_callback:
     def piece(index: tuple[slice, ...]) -> np.ndarray:
         key = tuple((s.start, s.stop) for s in index)
         if key not in pieces: pieces[key] = np.asarray(data_callback(index), dtype=dtype)
-        return pieces[key]
+        return pieces[key].astype(exact.np, copy=False) if exact is not None else pieces[key]
+    exact = None  # (the dtype the pieces enter as, once known: 32-bit with x64 off)
     locals_ = sharding.addressable_devices_indices_map(shape)
     if dtype is None:
         if not locals_:
             raise ValueError("make_array_from_callback: this process owns no device of the mesh: pass dtype=")
         dtype = piece(next(iter(locals_.values()))).dtype
-    buffer = shard_pieces(sharding, shape, dtypes.from_numpy(np.dtype(dtype)), piece, "make_array_from_callback")
+    exact = dtypes.canonicalize(dtypes.from_numpy(np.dtype(dtype)))
+    buffer = shard_pieces(sharding, shape, exact, piece, "make_array_from_callback")
     return Array.from_buffer(buffer, shape)
 
 

@@ -258,7 +258,9 @@ class ShardedBuffer:
 
 def shard_host_value(value: np.ndarray, sharding: NamedSharding, what: str = "device_put") -> ShardedBuffer:
     """A ShardedBuffer holding host array `value` laid out by `sharding` (each device gets a copy of its slice)."""
-    return shard_pieces(sharding, tuple(value.shape), dtypes.from_numpy(value.dtype), lambda index: value[index], what)
+    dtype = dtypes.canonicalize(dtypes.from_numpy(value.dtype))  # x64 off: 64-bit host values enter as 32-bit
+    if dtype.np != value.dtype: value = value.astype(dtype.np)
+    return shard_pieces(sharding, tuple(value.shape), dtype, lambda index: value[index], what)
 
 
 def shard_pieces(sharding: NamedSharding, shape: tuple[int, ...], dtype: DType,

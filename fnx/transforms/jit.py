@@ -390,7 +390,7 @@ class Jitted:
         avals = tuple(abstract_value(x) for x in leaves)
         on_mesh = spmd.layout(leaves, dynamic, 0, self.in_shardings) if self._maybe_sharded(leaves) else None
         device = on_mesh.device if on_mesh is not None else self._device or _placement(leaves)
-        key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device)
+        key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device, dtypes.x64_enabled())
         lowered = self._cache.get(key)
         if lowered is None:
             with events.naming(self._name):
@@ -507,7 +507,7 @@ def _explain_retrace(jitted: Jitted, key: tuple, arguments: tuple) -> None:
 
 def _signature_differences(jitted: Jitted, old: tuple, new: tuple, names: tuple[str, ...]) -> list[str]:
     """What differs between two trace-cache keys (treedef, avals, static values, device or layout), in words."""
-    (tree0, avals0, static0, where0), (tree1, avals1, static1, where1) = old, new
+    (tree0, avals0, static0, where0, x64_0), (tree1, avals1, static1, where1, x64_1) = old, new
     out = []
     if tree0 != tree1:
         out.append(f"the arguments' tree structure: {tree0} -> {tree1}")
@@ -528,6 +528,7 @@ def _signature_differences(jitted: Jitted, old: tuple, new: tuple, names: tuple[
             before, after = (repr(v[k]) if k in v else missing for v in (values0, values1))
             out.append(f"static argument {label!r}: {before} -> {after}")
     if where0 != where1: out.append(f"the device or mesh layout: {where0} -> {where1}")
+    if x64_0 != x64_1: out.append(f"jax_enable_x64: {x64_0} -> {x64_1}")
     return out or ["nothing visible in the signature (the function object or jit options differ)"]
 
 
@@ -540,9 +541,9 @@ def _shardings_in(tree: Any) -> list:
 
 
 def _flat_key(args: tuple) -> tuple | None:
-    """The cache key of a call whose arguments are all concrete Arrays: the default device and each argument's
-    (shape, dtype, weak type, device); None when some argument is anything else."""
-    key = [state.default_device]
+    """The cache key of a call whose arguments are all concrete Arrays: the default device, the x64 flag and each
+    argument's (shape, dtype, weak type, device); None when some argument is anything else."""
+    key = [state.default_device, dtypes.x64_enabled()]
     for a in args:
         if type(a) is not Array or a._buffer is None: return None
         key.append((a._shape, a._dtype, a.weak_type, a._buffer.device))
