@@ -36,7 +36,8 @@ def order_keys(x: Array, descending: bool = False, signed_zeros: bool = False) -
         wide = jnp.where(jnp.isnan(wide), np.nan, wide).astype(wide.dtype)
         double = wide.uop.dtype.itemsize == 8
         bits = lax.bitcast_convert_type(wide, dtypes.int64 if double else dtypes.int32)
-        flip = np.int64(2 ** 63 - 1) if double else np.int32(2 ** 31 - 1)
+        flip = lax.full((), 2 ** 63 - 1 if double else 2 ** 31 - 1, bits.uop.dtype)  # (not a numpy scalar: x64 off
+        # would narrow np.int64)
         key = jnp.where(bits < 0, jnp.bitwise_xor(bits, flip), bits)  # negative floats: larger magnitude first
     return jnp.bitwise_not(key) if descending else key
 

@@ -193,7 +193,7 @@ def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
     hi, lo = _hash_iota(key, shape)
     if bit_width == 64:
         wide = lambda x: lax.convert_element_type(x, dtypes.uint64)  # noqa: E731
-        return lax.bitwise_or(lax.shift_left(wide(hi), np.uint64(32)), wide(lo))
+        return lax.bitwise_or(lax.shift_left(wide(hi), lax.full((), 32, dtypes.uint64)), wide(lo))
     return lax.convert_element_type(lax.bitwise_xor(hi, lo), _UINT[bit_width])
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fnx import tree_util
+from fnx import dtypes, tree_util
 from fnx.transforms.grad import vjp
 from fnx.transforms.jvp import jvp
 
@@ -24,8 +24,9 @@ def _leaves(tree: Any) -> list[np.ndarray]:
 
 
 def _width(args: Sequence[Any]) -> int:
-    return min((np.asarray(x).dtype.itemsize for x in tree_util.tree_leaves(args)
-                if np.asarray(x).dtype.kind == "f"), default=8)
+    """The narrowest float width among the arguments as fnx computes them (float64 is float32 with x64 off)."""
+    return min((dtypes.canonicalize(dtypes.from_numpy(np.asarray(x).dtype)).itemsize
+                for x in tree_util.tree_leaves(args) if np.asarray(x).dtype.kind == "f"), default=8)
 
 
 def _random_like(tree: Any, rng: np.random.Generator) -> Any:

@@ -2,6 +2,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import fnx
 import fnx.dtypes as fd
 from fnx.dtypes import (DTYPES, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8,
                         uint16, uint32, uint64)
@@ -87,8 +88,14 @@ def test_result_type_weak_rules():
     assert fd.result_type((bool_, True)) == (bool_, False)  # a weak bool is just a bool
     assert fd.result_type((float64, True), 1.0) == (float64, True)  # weak 64-bit values are not narrowed
     assert fd.result_type((uint64, False), (int8, False), 1) == (float64, True)
-    assert fd.result_type(np.float64(1.0), 1) == (float64, False)
+    assert fd.result_type(np.float64(1.0), 1) == (float32, False)  # x64 off: a numpy float64 is float32
     assert fd.result_type(np.float16(1.0), 1.0) == (float16, False)
+    assert fd.result_type((uint32, False), (int32, False)) == (int32, False)  # JAX's int64, canonicalized
+    with fnx.enable_x64():
+        assert fd.result_type(np.float64(1.0), 1) == (float64, False)
+        assert fd.result_type(1.0) == (float64, True) and fd.result_type(1) == (int64, True)
+        assert fd.result_type((uint32, False), (int32, False)) == (int64, False)
+        assert fd.result_type((float32, False), 1.0) == (float32, False)
     assert fd.result_type(int32, float) == (float32, True)
     assert fd.result_type("uint8", int) == (uint8, False)
     with pytest.raises(ValueError):
@@ -98,9 +105,13 @@ def test_result_type_weak_rules():
 def test_canonicalize_scalar():
     assert fd.canonicalize_scalar(True) == (bool_, False)
     assert fd.canonicalize_scalar(3) == (int32, True)
-    assert fd.canonicalize_scalar(2**40) == (int64, True)
+    with pytest.raises(OverflowError, match="int32"):  # x64 off, as in JAX
+        fd.canonicalize_scalar(2**40)
     assert fd.canonicalize_scalar(2.5) == (float32, True)
-    assert fd.canonicalize_scalar(np.float64(1.0)) == (float64, False)
+    assert fd.canonicalize_scalar(np.float64(1.0)) == (float32, False)
+    with fnx.enable_x64():
+        assert fd.canonicalize_scalar(2**40) == (int64, True) and fd.canonicalize_scalar(2.5) == (float64, True)
+        assert fd.canonicalize_scalar(np.float64(1.0)) == (float64, False)
     assert fd.canonicalize_scalar(np.int8(1)) == (int8, False)
     assert fd.canonicalize_scalar(ml_dtypes.bfloat16(1)) == (bfloat16, False)
     with pytest.raises(OverflowError):
