@@ -885,10 +885,13 @@ def clip(arr: Any = None, min: Any = None, max: Any = None, *, a: Any = None, a_
 
 
 @eager_op
-def where(condition: Any, x: Any = None, y: Any = None, /) -> Array | tuple[Array, ...]:
+def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None = None,
+          fill_value: Any = None) -> Array | tuple[Array, ...]:
     """`x` where `condition` else `y` (broadcast together). With only `condition`, the indices of its nonzero
-    elements (like `nonzero`; needs a concrete value, so not under jit)."""
-    if x is None and y is None: return nonzero(condition)
+    elements (`nonzero`: needs a concrete value unless `size` is given)."""
+    if x is None and y is None: return nonzero(condition, size=size, fill_value=fill_value)
+    if size is not None or fill_value is not None:
+        raise ValueError(at_user_line("where: size and fill_value are only for the one-argument form"))
     if x is None or y is None: raise ValueError(at_user_line("where: give either both x and y or neither"))
     c = as_operand(condition, "where")
     (c, x, y), weak = prepare("where", _as_bool(c), x, y)
@@ -915,8 +918,15 @@ def _concrete_ints(x: Any, name: str, what: str) -> np.ndarray:
 
 
 @eager_op
-def nonzero(a: Any) -> tuple[Array, ...]:
-    """Indices of the nonzero elements, one array of the default int per axis (needs a concrete value)."""
+def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple[Array, ...]:
+    """Indices of the nonzero elements, one array of the default int per axis. Without `size` it needs a concrete
+    value (not under jit); with it, exactly `size` indices per axis: the first ones, then `fill_value` (default 0;
+    a scalar or one per axis), as JAX's."""
+    if size is not None:
+        from fnx.numpy_arrays import _nonzero_sized  # (numpy_arrays builds on this module)
+        x = as_operand(a, "nonzero")
+        if x.ndim == 0: raise ValueError(at_user_line("nonzero: not defined for 0-d arrays (as in JAX)"))
+        return tuple(_nonzero_sized(x, size, fill_value, "nonzero"))
     index = dtypes.default_int().np
     return tuple(array(i.astype(index)) for i in np.nonzero(np.atleast_1d(_concrete(a, "nonzero"))))
 
@@ -938,10 +948,11 @@ def _sum_dtype(dt: DType) -> DType:
 
 
 def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: bool, where_mask: Any,
-                identity: int) -> Array:
+                identity: int, promote_integers: bool = True) -> Array:
     x = as_operand(a, name)
     axes = _reduce_axes(x, axis, name)
-    out_dtype = dtypes.requested(dtype) if dtype is not None else _sum_dtype(_dt(x))
+    keep = not promote_integers and not _dt(x).is_bool  # (bools count in the default int either way, as in JAX)
+    out_dtype = dtypes.requested(dtype) if dtype is not None else _dt(x) if keep else _sum_dtype(_dt(x))
     acc = dtypes.float32 if out_dtype.is_float and out_dtype.itemsize < 4 else out_dtype
     x = cast(x, acc)
     if where_mask is not None: x = globals()["where"](where_mask, x, _full(x, identity))
@@ -950,18 +961,18 @@ def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: b
 
 @eager_op
 def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,  # noqa: A001
-        initial: Any = None, where: Any = None) -> Array:
-    """Sum over `axis` (None: all; int or tuple; negative ok). Bools and small ints sum as int32/uint32;
-    float16/bfloat16 accumulate in float32."""
-    total = _accumulate("sum", lax.reduce_sum, a, axis, dtype, keepdims, where, 0)
+        initial: Any = None, where: Any = None, promote_integers: bool = True) -> Array:
+    """Sum over `axis` (None: all; int or tuple; negative ok). Bools and small ints sum as int32/uint32 (unless
+    `promote_integers=False`: then in their own dtype, wrapping); float16/bfloat16 accumulate in float32."""
+    total = _accumulate("sum", lax.reduce_sum, a, axis, dtype, keepdims, where, 0, promote_integers)
     return total if initial is None else total + initial
 
 
 @eager_op
 def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,
-         initial: Any = None, where: Any = None) -> Array:
+         initial: Any = None, where: Any = None, promote_integers: bool = True) -> Array:
     """Product over `axis`, with the same dtype rules as `sum`."""
-    total = _accumulate("prod", lax.reduce_prod, a, axis, dtype, keepdims, where, 1)
+    total = _accumulate("prod", lax.reduce_prod, a, axis, dtype, keepdims, where, 1, promote_integers)
     return total if initial is None else total * initial
 
 
@@ -1045,25 +1056,38 @@ def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims
     return cast(total / (count if isinstance(count, int) else count), dt)
 
 
+def _correction(name: str, ddof: Any, correction: Any) -> Any:
+    """The degrees of freedom removed: `correction` (the array API's name) or numpy's `ddof`, not both (as JAX)."""
+    if correction is None: return ddof
+    if ddof != 0: raise ValueError(at_user_line(f"{name}: ddof and correction can't be provided simultaneously."))
+    return correction
+
+
 @eager_op
 def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
-        keepdims: bool = False) -> Array:
-    """Variance over `axis`: mean(|x - mean(x)|**2) * n / (n - ddof)."""
+        keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Array:
+    """Variance over `axis`: sum(|x - mean(x)|**2) / (n - ddof), over the elements where `where` is true (all by
+    default); `correction` is another name for `ddof`."""
+    ddof = _correction("var", ddof, correction)
     x = as_operand(a, "var")
     dt = dtypes.requested(dtype, "var") if dtype is not None else inexact_dtype(_dt(x))
     work = dtypes.float32 if dt.itemsize < 4 else dt
     x = cast(x, work)
     axes = _reduce_axes(x, axis, "var")
-    centered = x - mean(x, axis=axes, keepdims=True)
-    n = _count(x, axes)
-    return cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
+    centered = x - mean(x, axis=axes, keepdims=True, where=where)
+    if where is None:
+        n = _count(x, axes)
+        return cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
+    count = sum(_broadcast(_as_bool(as_operand(where, "var")), x.shape), axis=axes, dtype=work, keepdims=keepdims)
+    squares = sum(centered * centered, axis=axes, keepdims=keepdims, where=where)
+    return cast(squares / maximum(count - ddof, 0), dt)
 
 
 @eager_op
 def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
-        keepdims: bool = False) -> Array:
-    """Standard deviation over `axis`: sqrt(var)."""
-    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+        keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Array:
+    """Standard deviation over `axis`: sqrt(var) (same arguments)."""
+    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, where=where, correction=correction))
 
 
 def _cumulative(name: str, lax_fn):
@@ -1327,9 +1351,11 @@ def _pad_wrap(x: Array, axis: int, before: int, after: int) -> Array:
 # ---- linear algebra ----
 
 @eager_op
-def matmul(a: Any, b: Any) -> Array:
-    """Matrix product with numpy's rules: 1-D operands gain (then lose) an axis; leading batch axes broadcast."""
-    (x, y), weak = _prep_pair("matmul", a, b)
+def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
+    """Matrix product with numpy's rules: 1-D operands gain (then lose) an axis; leading batch axes broadcast.
+    `preferred_element_type`: the result's dtype (the products accumulate in it); `precision` is accepted as in JAX
+    and changes nothing (float32 products are always computed in float32, JAX's CPU default)."""
+    (x, y), weak = _prep_pair("matmul", a, b, preferred_element_type)
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError(at_user_line(f"matmul: operands must not be 0-d, got {shape_str(x, y)}"))
     vec_x, vec_y = x.ndim == 1, y.ndim == 1
@@ -1343,28 +1369,31 @@ def matmul(a: Any, b: Any) -> Array:
         # only x has batch axes: they are more rows of one matrix product, as JAX's dot_general treats them (a
         # broadcast copy of y per batch element made its gradient a product per element and then a sum over them)
         rows = lax.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]))
-        out = lax.dot_general(rows, y, (((1,), (0,)), ((), ())))
+        out = lax.dot_general(rows, y, (((1,), (0,)), ((), ())), precision, preferred_element_type)
         shape = x.shape[:-1] + (() if vec_y else (y.shape[-1],))
         return with_weak(lax.reshape(out, shape), weak)
     x, y = _broadcast(x, batch + x.shape[-2:]), _broadcast(y, batch + y.shape[-2:])
     nb = len(batch)
-    out = lax.dot_general(x, y, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))))
+    out = lax.dot_general(x, y, (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb)))), precision,
+                          preferred_element_type)
     shape = batch + (() if vec_x else (x.shape[-2],)) + (() if vec_y else (y.shape[-1],))
     return with_weak(lax.reshape(out, shape), weak)
 
 
-def _prep_pair(name: str, a: Any, b: Any) -> tuple[list[Array], bool]:
-    """Promote two operands to one dtype without broadcasting them."""
+def _prep_pair(name: str, a: Any, b: Any, preferred: Any = None) -> tuple[list[Array], bool]:
+    """Promote two operands to one dtype without broadcasting them (and whether the result is weakly typed: not when
+    a `preferred_element_type` is given)."""
     x, y = as_operand(a, name), as_operand(b, name)
     dt, weak = dtypes.result_type((_dt(x), x.weak_type), (_dt(y), y.weak_type))
-    return [cast(x, dt), cast(y, dt)], weak
+    return [cast(x, dt), cast(y, dt)], weak and preferred is None
 
 
 @eager_op
-def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
+def tensordot(a: Any, b: Any, axes: Any = 2, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Sum products over the last `axes` axes of a and the first of b (int), or over axes pairs
-    ((a_axes), (b_axes)). The result has a's free axes, then b's."""
-    (x, y), weak = _prep_pair("tensordot", a, b)
+    ((a_axes), (b_axes)). The result has a's free axes, then b's. (`precision`, `preferred_element_type`: as
+    matmul's.)"""
+    (x, y), weak = _prep_pair("tensordot", a, b, preferred_element_type)
     if isinstance(axes, (int, np.integer)):
         n = int(axes)
         if n > builtins.min(x.ndim, y.ndim) or n < 0:
@@ -1372,30 +1401,39 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Array:
         ax, ay = tuple(range(x.ndim - n, x.ndim)), tuple(range(n))
     else:
         ax, ay = ((v,) if isinstance(v, (int, np.integer)) else tuple(v) for v in axes)
-    return with_weak(lax.dot_general(x, y, ((ax, ay), ((), ()))), weak)
+    return with_weak(lax.dot_general(x, y, ((ax, ay), ((), ())), precision, preferred_element_type), weak)
+
+
+def _scalar_product(x: Array, y: Array, preferred: Any) -> Array:
+    """dot/inner with a 0-d operand: the product, in `preferred_element_type` when one is given."""
+    if preferred is None: return multiply(x, y)
+    dt = dtypes.requested(preferred)
+    return with_weak(multiply(cast(x, dt), cast(y, dt)), False)
 
 
 @eager_op
-def dot(a: Any, b: Any) -> Array:
+def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """numpy.dot: products for 0-d, inner product for 1-D, matrix product for 2-D, and in general a sum over
-    the last axis of a and the second-to-last of b."""
+    the last axis of a and the second-to-last of b. (`precision`, `preferred_element_type`: as matmul's.)"""
     (x, y), weak = _prep_pair("dot", a, b)
-    if x.ndim == 0 or y.ndim == 0: return multiply(x, y)
-    return tensordot(x, y, ((x.ndim - 1,), (builtins.max(y.ndim - 2, 0),)))
+    if x.ndim == 0 or y.ndim == 0: return _scalar_product(x, y, preferred_element_type)
+    return tensordot(x, y, ((x.ndim - 1,), (builtins.max(y.ndim - 2, 0),)), precision=precision,
+                     preferred_element_type=preferred_element_type)
 
 
 @eager_op
-def vdot(a: Any, b: Any) -> Array:
+def vdot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Dot product of the flattened arrays."""
-    return dot(ravel(a), ravel(b))
+    return dot(ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
 
 @eager_op
-def inner(a: Any, b: Any) -> Array:
+def inner(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Sum of products over the last axes of a and b."""
     (x, y), _ = _prep_pair("inner", a, b)
-    if x.ndim == 0 or y.ndim == 0: return multiply(x, y)
-    return tensordot(x, y, ((x.ndim - 1,), (y.ndim - 1,)))
+    if x.ndim == 0 or y.ndim == 0: return _scalar_product(x, y, preferred_element_type)
+    return tensordot(x, y, ((x.ndim - 1,), (y.ndim - 1,)), precision=precision,
+                     preferred_element_type=preferred_element_type)
 
 
 @eager_op

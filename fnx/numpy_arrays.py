@@ -992,7 +992,8 @@ def _nonzero_sized(x: Array, size: int | None, fill_value: Any, name: str) -> li
     them (the first ones, then `fill_value`, default 0, a scalar or one per axis) — fine under jit; without it the
     count comes from concrete values (ConcretizationError under jit)."""
     if size is None:
-        return [array(i.astype(np.int32)) for i in np.nonzero(_concrete(x, f"{name} (without size=)"))]
+        found = np.nonzero(_concrete(x, f"{name} (without size=)"))
+        return [array(i.astype(dtypes.default_int().np)) for i in found]
     size = _int(size, name, "size")
     if size < 0: raise ValueError(at_user_line(f"{name}: size must be non-negative, got {size}"))
     fills = np.broadcast_to(np.asarray(0 if fill_value is None else fill_value), (x.ndim,))

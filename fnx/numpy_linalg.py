@@ -580,7 +580,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None) -> Arr
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, precision: Any = None) -> Array:
     from fnx.numpy import tensordot as numpy_tensordot
-    return numpy_tensordot(x1, x2, axes=axes)
+    return numpy_tensordot(x1, x2, axes=axes, precision=precision)
 
 
 def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:

@@ -281,9 +281,10 @@ class Array:
     def __pos__(self): return positive(self)
     def __invert__(self): return invert(self)
 
-    def astype(self, dtype: Any) -> Array:
-        """This array converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0)."""
-        return astype(self, dtype)
+    def astype(self, dtype: Any, copy: bool = False, device: Any = None) -> Array:
+        """This array converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), on `device`
+        when given (`copy` changes nothing: arrays are immutable)."""
+        return astype(self, dtype, copy=copy, device=device)
 
     def copy(self) -> Array: return self  # arrays are immutable: a copy is the array itself
     def conj(self) -> Array: return self  # (fnx has no complex dtypes)
@@ -912,6 +913,10 @@ right_shift = _shift(Ops.SHR, "right_shift")
 
 
 @eager_op
-def astype(x: Any, dtype: Any) -> Array:
-    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed."""
-    return with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)
+def astype(x: Any, dtype: Any, /, *, copy: bool = False, device: Any = None) -> Array:
+    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed; then put
+    on `device` when one is given (`fnx.device_put`). `copy` changes nothing: arrays are immutable."""
+    out = with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)
+    if device is None: return out
+    from fnx.devices import device_put  # (devices builds on this module)
+    return device_put(out, device)
