@@ -25,8 +25,9 @@ from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
 from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config.update; fnx.profiler.trace)
 from fnx.dtypes import enable_x64  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
-from fnx.api import (ShapedArray, clear_caches, default_backend, device_get, eval_shape, jacobian,  # noqa: E402
-                     make_jaxpr, named_call, named_scope, pure_callback, typeof)
+from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, default_backend,  # noqa: E402
+                     default_matmul_precision, device_get, eval_shape, host_ids, jacobian, linear_transpose,
+                     make_jaxpr, named_call, named_scope, print_environment_info, pure_callback, typeof)
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
@@ -37,15 +38,16 @@ try:
 except _metadata.PackageNotFoundError:  # (run from a source tree that was not installed)
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray",
-           "block_until_ready", "checkpoint", "clear_caches", "config", "custom_jvp", "custom_vjp", "debug",
-           "default_backend", "default_device", "device_count", "device_get", "device_put", "devices", "disable_jit",
+__all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policies", "clear_caches", "config",
+           "custom_gradient", "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device",
+           "default_matmul_precision", "device_count", "device_get", "device_put", "devices", "disable_jit",
            "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "grad", "hessian", "host_count",
-           "host_id", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "load", "local_device_count",
-           "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr", "make_mesh", "named_call",
-           "named_scope", "nn", "numpy", "optim", "process_count", "process_index", "process_indices", "profiler",
-           "pure_callback", "random", "remat", "save", "scipy", "shard_map", "sharding", "test_util", "tree",
-           "tree_util", "typeof", "value_and_grad", "vjp", "vmap"]
+           "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize",
+           "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",
+           "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim", "print_environment_info", "process_count",
+           "process_index", "process_indices", "profiler", "pure_callback", "random", "remat", "save", "scipy",
+           "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap",
+           "Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray"]
 
 
 def host_id() -> int:

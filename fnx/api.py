@@ -20,8 +20,9 @@ from fnx.transforms.grad import jacrev
 from fnx.transforms.jit import Graph, ShapeDtypeStruct, abstract_value, clear_trace_caches, make_graph
 from fnx.uop import UOp
 
-__all__ = ["ShapedArray", "clear_caches", "default_backend", "device_get", "eval_shape", "jacobian", "make_jaxpr",
-           "named_call", "named_scope", "pure_callback", "typeof"]
+__all__ = ["ShapedArray", "checkpoint_policies", "clear_caches", "custom_gradient", "default_backend",
+           "default_matmul_precision", "device_get", "eval_shape", "host_ids", "jacobian", "linear_transpose",
+           "make_jaxpr", "named_call", "named_scope", "print_environment_info", "pure_callback", "typeof"]
 
 jacobian = jacrev  # jax.jacobian is reverse mode
 
@@ -209,3 +210,122 @@ def named_call(fun: Callable, *, name: str | None = None) -> Callable:
     """Accepted for JAX compatibility: returns `fun` (JAX names its ops in profiles; fnx's graphs carry no names)."""
     del name
     return fun
+
+
+# ---- custom gradients, linear transposes, checkpoint policies, precision, environment ----
+
+def custom_gradient(fun: Callable) -> Callable:
+    """`fun(*args) -> (value, vjp)` as a function whose gradient is `vjp` (jax.custom_gradient): `vjp(g)` returns one
+    cotangent per positional argument (a tuple; a single value is taken for a one-argument `fun`).
+
+    fnx builds it on custom_vjp, keeping the arguments as residuals: the backward pass calls `fun` again to get its
+    `vjp` (the forward value is computed twice under grad)."""
+    from fnx.transforms.custom import custom_vjp  # (transforms sit above this module's imports)
+
+    def cotangents(vjp: Callable, g: Any, n: int) -> tuple:
+        out = vjp(g)
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if len(out) != n:
+            raise TypeError(at_user_line(f"custom_gradient: the vjp function returned {len(out)} cotangents for a "
+                                         f"function of {n} positional arguments"))
+        return out
+
+    @custom_vjp
+    def wrapped(*args):
+        return fun(*args)[0]
+
+    def forward(*args):
+        return fun(*args)[0], args
+
+    def backward(args, g):
+        return cotangents(fun(*args)[1], g, len(args))
+
+    wrapped.defvjp(forward, backward)
+    return functools.wraps(fun)(lambda *args: wrapped(*args))
+
+
+def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:
+    """The transpose of the linear function `fun` at inputs shaped like `primals` (arrays or ShapeDtypeStructs), as
+    jax.linear_transpose: `transpose(cotangent)` returns a tuple with one cotangent per primal. Built on vjp at
+    zeros (the derivative of a linear function is the function itself); `fun` must be linear (not checked)."""
+    from fnx import numpy as jnp
+    from fnx.transforms.grad import vjp
+    if reduce_axes: raise UnsupportedError(at_user_line("linear_transpose: reduce_axes is not supported"))
+    zeros = tree_util.tree_map(lambda p: jnp.zeros(np.shape(p), p.dtype if hasattr(p, "dtype") else
+                                                   dtypes.canonicalize_scalar(p)[0]), primals)
+    _, pullback = vjp(fun, *zeros)
+
+    def transpose(cotangent: Any) -> tuple:
+        return tuple(pullback(cotangent))
+    return transpose
+
+
+def _policy(name: str, saves: Callable[..., bool]) -> Callable[..., bool]:
+    saves.__name__ = saves.__qualname__ = name
+    saves.__doc__ = (f"jax.checkpoint_policies.{name}: accepted by fnx.checkpoint(policy=), which recomputes every "
+                     "intermediate under any policy (the values are the same; only JAX's memory use differs)")
+    return saves
+
+
+def _names_policy(name: str) -> Callable[..., Callable[..., bool]]:
+    def factory(*names: str, **_) -> Callable[..., bool]:
+        return _policy(f"{name}({', '.join(map(repr, names))})", lambda *a, **k: False)
+    factory.__name__ = factory.__qualname__ = name
+    return factory
+
+
+checkpoint_policies = __import__("types").SimpleNamespace(
+    everything_saveable=_policy("everything_saveable", lambda *a, **k: True),
+    nothing_saveable=_policy("nothing_saveable", lambda *a, **k: False),
+    dots_saveable=_policy("dots_saveable", lambda *a, **k: False),
+    checkpoint_dots=_policy("checkpoint_dots", lambda *a, **k: False),
+    dots_with_no_batch_dims_saveable=_policy("dots_with_no_batch_dims_saveable", lambda *a, **k: False),
+    checkpoint_dots_with_no_batch_dims=_policy("checkpoint_dots_with_no_batch_dims", lambda *a, **k: False),
+    save_anything_except_these_names=_names_policy("save_anything_except_these_names"),
+    save_any_names_but_these=_names_policy("save_any_names_but_these"),
+    save_only_these_names=_names_policy("save_only_these_names"),
+    save_from_both_policies=lambda a, b: _policy("save_from_both_policies", lambda *x, **k: False),
+    offload_dot_with_no_batch_dims=lambda *a, **k: _policy("offload_dot_with_no_batch_dims", lambda *x, **y: False),
+    save_and_offload_only_these_names=lambda **k: _policy("save_and_offload_only_these_names", lambda *x, **y: False),
+)
+
+_PRECISIONS = (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32", "fastest")
+
+
+@contextlib.contextmanager
+def default_matmul_precision(new_val: Any = None):
+    """Accepted for JAX compatibility (jax.default_matmul_precision): fnx computes float32 products in float32 under
+    any precision, JAX's CPU default, so the setting changes nothing. Raises ValueError for a name JAX rejects."""
+    if new_val not in _PRECISIONS and not str(new_val).startswith(("ANY_", "F16_", "BF16_", "F32_", "F64_", "TF32_")):
+        raise ValueError(at_user_line(f"default_matmul_precision: unknown precision {new_val!r}; one of "
+                                      f"{[p for p in _PRECISIONS if p]} or a DotAlgorithmPreset name"))
+    yield
+
+
+def host_ids() -> list[int]:
+    """The processes' indices (jax.host_ids, deprecated there: process_indices)."""
+    from fnx.sharding.distributed import process_count
+    return list(range(process_count()))
+
+
+def print_environment_info(return_string: bool = False) -> str | None:
+    """fnx's version, Python's, numpy's, llvmlite's and the devices, as jax.print_environment_info."""
+    import platform
+    import sys
+    from importlib import metadata
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    from fnx.backends.device import _runtimes, platform_devices
+    devices = [str(d) for p in sorted(_runtimes) if p != "interp" for d in platform_devices(p)]
+    lines = [f"fnx:      {version('fnx')}", f"numpy:    {np.__version__}", f"llvmlite: {version('llvmlite')}",
+             f"python:   {sys.version.splitlines()[0]}", f"platform: {platform.platform()}",
+             f"devices:  {', '.join(devices) or 'none'}",
+             f"jax_enable_x64: {dtypes.x64_enabled()}"]
+    text = "\n".join(lines)
+    if return_string: return text
+    print(text)
+    return None

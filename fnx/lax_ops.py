@@ -32,7 +32,7 @@ import numpy as np
 from fnx import dtypes, tree_util
 from fnx import lax as _lax
 from fnx.control_flow import scan
-from fnx.errors import ShapeError, at_user_line
+from fnx.errors import ShapeError, UnsupportedError, at_user_line
 from fnx.trace import Array, cast, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
 from fnx.transforms.custom import custom_jvp
 
@@ -48,7 +48,7 @@ __all__ = [
     "reciprocal", "reduce", "reduce_and", "reduce_min", "reduce_or", "reduce_precision", "reduce_window",
     "reduce_window_shape_tuple", "reduce_xor", "rem", "reshape", "round", "rsqrt", "select", "select_n",
     "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sinh", "slice_in_dim", "split",
-    "square", "squeeze", "sub", "tan", "tanh",
+    "square", "squeeze", "sub", "tan", "tanh", "tile", "stack", "unstack", "empty", "dtype", "broadcast_like",
 ]
 
 # fnx.lax's own primitives, before this module's strict versions replace them in fnx.lax's namespace (_extend)
@@ -1206,5 +1206,65 @@ def index_take(src, idxs, axes: Sequence[int]) -> Array:
     index = [slice(None)] * src.ndim
     for i, axis in enumerate(axes): index[axis] = idxs[:, i]
     return src[tuple(index)]
+
+# ---- array building: tile, stack, unstack, empty, dtype, broadcast_like ----
+
+def tile(operand, reps: Sequence[int]) -> Array:
+    """`operand` repeated reps[i] times along each axis i (jax.lax.tile: one rep per axis, as numpy.tile's result
+    for reps of the operand's rank)."""
+    a = to_array(operand)
+    reps = tuple(_lax.canonical_shape(reps, "tile"))
+    if len(reps) != a.ndim:
+        raise TypeError(at_user_line(f"tile: reps length must be equal to the ndim of x, got len(reps)={len(reps)} "
+                                     f"and x.ndim={a.ndim}"))
+    from fnx import numpy as jnp  # (fnx.numpy builds on fnx.lax)
+    return jnp.tile(a, reps)
+
+
+def stack(operands: Sequence, axis: int = 0) -> Array:
+    """The operands (one shape and dtype) joined along a new axis `axis` (jax.lax.stack)."""
+    arrays = [to_array(x) for x in operands]
+    if not arrays: raise ValueError(at_user_line("stack: needs at least one operand"))
+    first = arrays[0]
+    if any(x.shape != first.shape or x.uop.dtype != first.uop.dtype for x in arrays):
+        raise TypeError(at_user_line("stack: operands must have one shape and dtype, got "
+                                     f"{', '.join(f'{x.uop.dtype}{list(x.shape)}' for x in arrays)}"))
+    axis = normalize_axes(axis, first.ndim + 1, "stack")[0]
+    return _lax.concatenate([expand_dims(x, (axis,)) for x in arrays], axis)
+
+
+def unstack(x, axis: int = 0) -> tuple[Array, ...]:
+    """The slices of `x` along `axis`, that axis removed (jax.lax.unstack)."""
+    a = to_array(x)
+    if a.ndim == 0: raise ValueError(at_user_line("unstack: needs an array of rank >= 1, got a 0-d one"))
+    axis = normalize_axes(axis, a.ndim, "unstack")[0]
+    return tuple(index_in_dim(a, i, axis, keepdims=False) for i in range(a.shape[axis]))
+
+
+def empty(shape, dtype, *, out_sharding: Any = None) -> Array:
+    """An array of `shape` and `dtype` whose values are unspecified (jax.lax.empty; fnx gives zeros)."""
+    if out_sharding is not None:
+        raise UnsupportedError(at_user_line("lax.empty: out_sharding is not supported (use fnx.device_put)"))
+    return _full(_lax.canonical_shape(shape, "empty"), 0, dtypes.requested(dtype, "empty"))
+
+
+def dtype(x: Any) -> np.dtype:
+    """The numpy dtype of a value or dtype specifier as fnx would hold it (jax.lax.dtype): Python floats are the
+    default float, 64-bit types are 32-bit unless x64 is on."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return dtypes.canonicalize_scalar(x)[0].np
+    if isinstance(x, Array): return x.uop.dtype.np
+    if hasattr(x, "dtype") and not isinstance(x, type): return dtypes.canonicalize(dtypes.to_dtype(x.dtype)).np
+    return dtypes.canonicalize(dtypes.to_dtype(x)).np
+
+
+def broadcast_like(arr, like_arr) -> Array:
+    """`arr` broadcast to the shape of `like_arr` (jax.lax.broadcast_like; numpy's trailing-axis rules)."""
+    a, like = to_array(arr), to_array(like_arr)
+    if a.ndim > like.ndim or any(s not in (1, t) for s, t in zip(a.shape[::-1], like.shape[::-1])):
+        raise ShapeError(at_user_line(f"broadcast_like: cannot broadcast {shape_str(a)} to {list(like.shape)}"))
+    dims = tuple(range(like.ndim - a.ndim, like.ndim))
+    return _lax.broadcast_in_dim(a, like.shape, dims)
+
 
 _lax._extend({name: globals()[name] for name in __all__})

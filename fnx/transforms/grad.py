@@ -88,7 +88,7 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
         out, residuals = rule.fwd(*rule.full_args(primals))
         ct_tree = tree_util.tree_unflatten(rule.out_tree, [c if c is not None else None for c in cts])
         result = rule.bwd(*rule.static_values, residuals, ct_tree)
-        return [lax.to_array(g) if g is not None else None for g in tree_util.tree_leaves(tuple(result))]
+        return _bwd_cotangents(rule, primals, result)
     if rule.kind == "jvp":  # transpose the user's jvp: it is linear in the tangents
         tangents = [UOp(Ops.PARAM, a.dtype, (), ParamArg(i, a.shape, a.device, ("tangent", id(call))))
                     for i, a in enumerate(args)]
@@ -100,6 +100,39 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
     grads = dict(zip(params, backward(outs, cts, list(params.values()))))
     fresh = {p: UOp(Ops.CONTIGUOUS, args[i].dtype, (args[i],)) for i, p in params.items()}
     return [Array(substitute(g.uop, fresh)) if (g := grads.get(i)) is not None else None for i in range(len(args))]
+
+
+def _bwd_cotangents(rule, primals: tuple, result: Any) -> list[Array | None]:
+    """The leaves of a custom_vjp bwd's result, checked against the primal arguments as JAX checks them: a tuple with
+    one entry per (differentiable) argument, each None (a zero) or a tree like the argument with leaves of its
+    shapes. A mismatch is a TypeError naming the function, never a gradient of the wrong shape."""
+    name = getattr(rule.fun, "__name__", "function")
+    if not isinstance(result, (tuple, list)):
+        raise TypeError(at_user_line(f"custom_vjp {name}: bwd must return a tuple (one cotangent per argument), got "
+                                     f"{type(result).__name__}"))
+    if len(result) != len(primals):
+        raise TypeError(at_user_line(f"custom_vjp {name}: bwd returned {len(result)} cotangents for {len(primals)} "
+                                     "arguments"))
+    out: list[Array | None] = []
+    for i, (ct, primal) in enumerate(zip(result, primals)):
+        leaves = tree_util.tree_leaves(primal)
+        if ct is None:
+            out += [None] * len(leaves)
+            continue
+        cts, tree = tree_util.tree_flatten(ct, is_leaf=lambda x: x is None)
+        if tree != tree_util.tree_structure(primal) and len(cts) != len(leaves):
+            raise TypeError(at_user_line(f"custom_vjp {name}: bwd's cotangent {i} has tree {tree}, its argument "
+                                         f"{tree_util.tree_structure(primal)}"))
+        for c, p in zip(cts, leaves):
+            if c is None:
+                out.append(None)
+                continue
+            c = lax.to_array(c)
+            if c.shape != tuple(np.shape(p)):
+                raise ValueError(at_user_line(f"custom_vjp {name}: bwd's cotangent {i} has shape {list(c.shape)} "
+                                              f"where its argument has shape {list(np.shape(p))}"))
+            out.append(c)
+    return out
 
 
 # ---- the user-facing transforms ----
