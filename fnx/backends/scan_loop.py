@@ -24,6 +24,9 @@ from fnx.lower.rangeify import HostStep
 from fnx.uop import UOp
 
 
+_NOINLINE = 1000  # the attribute group of the driver's kernel calls (render_module's groups are numbered from 0)
+
+
 class ScanProgram:
     """The compiled loop of one SCAN node; `run(inputs)` maps its host inputs to its outputs like run_control."""
 
@@ -112,8 +115,12 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
             lines.append(f"  %p{n}_{a} = inttoptr i64 {address[b] if kernel.args else 0} to ptr")
             args.append(f"ptr %p{n}_{a}")
         end = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
-        lines.append(f"  call void @{kernel.name}({', '.join(args)}, i64 0, i64 {end})")
+        # (a call, not inlined: each kernel's `noalias` arguments hold per call only; inlined into this loop, where a
+        # carry's buffer is written in one step and read in the next, LLVM moved loads across those steps and
+        # jnp.linalg.solve of a float64 5 x 5 matrix gave NaNs on AVX-512)
+        lines.append(f"  call void @{kernel.name}({', '.join(args)}, i64 0, i64 {end}) #{_NOINLINE}")
     lines += ["  %t.next = add i64 %t, 1", "  %more = icmp slt i64 %t.next, %length",
-              "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"]
+              "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}",
+              f"attributes #{_NOINLINE} = {{ noinline }}"]
     source = render_module(kernels) + "\n\n" + "\n".join(lines)
     return ScanProgram(node, lowering, source, table, compiler)

@@ -7,16 +7,21 @@ lower=True; `lu` returns (p, l, u) with a = p @ l @ u.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
+from fnx import dtypes, lax
 from fnx import numpy as jnp
 from fnx import numpy_linalg
 from fnx.errors import ShapeError, at_user_line
 from fnx.numpy_linalg import _square, _triangular_solve, det, inv, lu_factor as _lu
 from fnx.trace import Array, eager_op
 
-__all__ = ["cho_factor", "cho_solve", "cholesky", "det", "inv", "lu", "lu_factor", "lu_solve", "solve",
-           "solve_triangular"]
+__all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion", "det", "eigh", "expm",
+           "fiedler", "hadamard", "hankel", "helmert", "hilbert", "inv", "leslie", "lu", "lu_factor", "lu_solve",
+           "pascal", "polar", "qr", "solve", "solve_triangular", "svd", "toeplitz"]
 
 
 @eager_op
@@ -110,6 +115,229 @@ def solve(a: Any, b: Any, lower: bool = False, overwrite_a: bool = False, overwr
     """x with a x = b; assume_a 'pos' solves by Cholesky, anything else by LU."""
     if assume_a == "pos": return cho_solve(cho_factor(a, lower=True), b)
     return numpy_linalg.solve(a, b)
+
+
+# ---- decompositions with scipy's signatures ----
+
+@eager_op
+def eigh(a: Any, b: Any = None, lower: bool = True, eigvals_only: bool = False, overwrite_a: bool = False,
+         overwrite_b: bool = False, turbo: bool = True, eigvals: Any = None, type: int = 1,  # noqa: A002
+         check_finite: bool = True) -> Any:
+    """Eigenvalues (ascending) and eigenvectors of a symmetric matrix from its `lower` (or upper) triangle: (w, v),
+    or w with eigvals_only. The generalized problem (b) is not supported, as in JAX."""
+    if b is not None: raise NotImplementedError(at_user_line("eigh: only b=None is supported (as in JAX)"))
+    if eigvals is not None: raise NotImplementedError(at_user_line("eigh: eigvals= (a subset) is not supported"))
+    w, v = numpy_linalg.eigh(a, UPLO="L" if lower else "U", symmetrize_input=False)
+    return w if eigvals_only else (w, v)
+
+
+@eager_op
+def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, overwrite_a: bool = False,
+        check_finite: bool = True, lapack_driver: str = "gesdd") -> Any:
+    """Singular value decomposition a = u @ diag(s) @ vh: (u, s, vh), or s without compute_uv."""
+    out = numpy_linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    return tuple(out) if compute_uv else out
+
+
+@eager_op
+def qr(a: Any, overwrite_a: bool = False, lwork: Any = None, mode: str = "full", pivoting: bool = False,
+       check_finite: bool = True) -> Any:
+    """a = q @ r, with scipy's modes: 'full' (q square), 'economic' (q with a's columns), 'r' (a tuple (r,) of the
+    full r), 'raw' is not supported."""
+    if pivoting: raise NotImplementedError(at_user_line("qr: pivoting=True is not supported"))
+    if mode not in ("full", "economic", "r"):
+        raise ValueError(at_user_line(f"qr: mode must be 'full', 'economic' or 'r', got {mode!r}"))
+    if mode == "r": return (numpy_linalg.qr(a, mode="complete")[1],)
+    return tuple(numpy_linalg.qr(a, mode="complete" if mode == "full" else "reduced"))
+
+
+@eager_op
+def polar(a: Any, side: str = "right", *, method: str = "qdwh", eps: Any = None, max_iterations: Any = None) -> tuple:
+    """The polar decomposition a = u @ p (side 'right') or p @ u ('left'), u with orthonormal columns, p symmetric
+    positive semi-definite; computed from the SVD for every `method` (JAX's default iterates QDWH: the same result
+    to rounding)."""
+    if side not in ("right", "left"):
+        raise ValueError(at_user_line(f"polar: side must be 'right' or 'left', got {side!r}"))
+    if method not in ("qdwh", "svd"): raise ValueError(at_user_line(f"polar: unknown method {method!r}"))
+    x = jnp.asarray(a)
+    if x.ndim != 2: raise ShapeError(at_user_line(f"polar: needs a matrix, got shape {x.shape}"))
+    u_, s, vh = numpy_linalg.svd(x, full_matrices=False)
+    unitary = u_ @ vh
+    if side == "right": return unitary, (jnp.swapaxes(vh, -1, -2) * s[..., None, :]) @ vh
+    return unitary, (u_ * s[..., None, :]) @ jnp.swapaxes(u_, -1, -2)
+
+
+# Pade 13 coefficients of e^x (Higham, "The scaling and squaring method for the matrix exponential revisited", 2005)
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
+           10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152  # the 1-norm up to which Pade 13 is accurate to float64's rounding without squaring
+
+
+@eager_op
+def expm(A: Any, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 (scipy's name)
+    """The matrix exponential by scaling and squaring with a Pade 13 approximant (Higham 2005): A / 2^s with
+    s = ceil(log2(|A|_1 / theta13)) (at most `max_squarings`), then squared s times. Works under jit (the squarings
+    are selected, not branched) and differentiates through the matmuls and the solve."""
+    a = jnp.asarray(A)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ShapeError(at_user_line(f"expm: needs square matrices, got shape {a.shape}"))
+    if not _dt(a).is_float: a = a.astype(jnp.result_type(float))
+    norm = jnp.max(jnp.sum(jnp.abs(a), axis=-2), axis=-1)
+    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-30) / _THETA13)), 0, max_squarings)
+    a = a / (2.0 ** s)[..., None, None]
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    b = _PADE13
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = numpy_linalg.solve(v - u, v + u)
+    for i in range(max_squarings):
+        r = jnp.where((i < s)[..., None, None], r @ r, r)
+    return r
+
+
+def _dt(x: Array):
+    return x.uop.dtype
+
+
+# ---- special matrices ----
+
+@eager_op
+def block_diag(*arrs: Any) -> Array:
+    """The arrays (0-d: 1x1, 1-d: one row, 2-d) on the diagonal of one matrix, zeros elsewhere; dtypes promote."""
+    mats = [jnp.atleast_2d(jnp.asarray(a)) for a in arrs]
+    if any(m.ndim != 2 for m in mats): raise ValueError(at_user_line("block_diag: arguments must have rank <= 2"))
+    if not mats: return jnp.zeros((1, 0))
+    dt = jnp.result_type(*mats)
+    rows = sum(m.shape[0] for m in mats)
+    cols = sum(m.shape[1] for m in mats)
+    out, r, c = jnp.zeros((rows, cols), dt), 0, 0
+    for m in mats:
+        out = lax.dynamic_update_slice(out, m.astype(dt), (r, c))
+        r, c = r + m.shape[0], c + m.shape[1]
+    return out
+
+
+def _take_last(x: Array, index: np.ndarray) -> Array:
+    """x[..., index] for a constant index array of any shape (the result has x's batch axes, then index's)."""
+    flat = jnp.take(x, jnp.asarray(index.reshape(-1)), axis=-1)
+    return flat.reshape(x.shape[:-1] + index.shape)
+
+
+@eager_op
+def toeplitz(c: Any, r: Any = None) -> Array:
+    """The Toeplitz matrix with first column c and first row r (default c; r[0] is ignored), over c's and r's
+    leading (batch) axes."""
+    c = jnp.asarray(c)
+    r = c if r is None else jnp.asarray(r)
+    c, r = jnp.atleast_1d(c), jnp.atleast_1d(r)
+    m, n = c.shape[-1], r.shape[-1]
+    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+    batch = jnp.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+    c, r = jnp.broadcast_to(c, batch + (m,)), jnp.broadcast_to(r, batch + (n,))
+    dt = jnp.result_type(c, r)
+    lower = _take_last(c.astype(dt), np.where(i >= j, i - j, 0))
+    upper = _take_last(r.astype(dt), np.where(i < j, j - i, 0))
+    return jnp.where(jnp.asarray(i >= j), lower, upper)
+
+
+@eager_op
+def circulant(c: Any) -> Array:
+    """The circulant matrix with first column c: out[..., i, j] = c[..., (i - j) mod n]."""
+    c = jnp.atleast_1d(jnp.asarray(c))
+    n = c.shape[-1]
+    return _take_last(c, (np.arange(n)[:, None] - np.arange(n)[None, :]) % n)
+
+
+@eager_op
+def hankel(c: Any, r: Any = None) -> Array:
+    """The Hankel matrix with first column c and last row r (default zeros; r[0] is ignored): out[i, j] = c[i + j]
+    while i + j < len(c), else r[i + j - len(c) + 1]."""
+    c = jnp.ravel(jnp.asarray(c))
+    r = jnp.zeros_like(c) if r is None else jnp.ravel(jnp.asarray(r))
+    m, n = c.shape[0], r.shape[0]
+    k = np.arange(m)[:, None] + np.arange(n)[None, :]
+    values = jnp.concatenate([c, r[1:].astype(jnp.result_type(c, r))]).astype(jnp.result_type(c, r))
+    return values[jnp.asarray(k)]
+
+
+@eager_op
+def hilbert(n: int) -> Array:
+    """The n x n Hilbert matrix 1 / (i + j + 1)."""
+    k = np.arange(n)
+    return jnp.asarray(1.0 / (k[:, None] + k[None, :] + 1), dtype=jnp.result_type(float))
+
+
+@eager_op
+def pascal(n: int, kind: str | None = None) -> Array:
+    """The n x n Pascal matrix: 'symmetric' (default) C(i + j, i), 'lower' C(i, j), 'upper' its transpose; exact
+    integers in the default float dtype."""
+    kind = kind or "symmetric"
+    if kind not in ("symmetric", "lower", "upper"):
+        raise ValueError(at_user_line(f"pascal: kind must be 'symmetric', 'lower' or 'upper', got {kind!r}"))
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    if kind == "symmetric": values = [[math.comb(a + b, a) for b in range(n)] for a in range(n)]
+    else: values = [[math.comb(a, b) if a >= b else 0 for b in range(n)] for a in range(n)]
+    out = np.array(values, np.float64).reshape(n, n)
+    return jnp.asarray(out.T if kind == "upper" else out, dtype=jnp.result_type(float))
+
+
+@eager_op
+def leslie(f: Any, s: Any) -> Array:
+    """The Leslie matrix: fecundities f in the first row, survival rates s on the subdiagonal."""
+    f, s = jnp.atleast_1d(jnp.asarray(f)), jnp.atleast_1d(jnp.asarray(s))
+    n = f.shape[-1]
+    if s.shape[-1] != n - 1:
+        raise ValueError(at_user_line(f"leslie: s must have one element fewer than f, got {s.shape} and {f.shape}"))
+    dt = jnp.result_type(f, s)
+    below = jnp.concatenate([jnp.diag(s.astype(dt)), jnp.zeros((n - 1, 1), dt)], axis=1) if n > 1 else \
+        jnp.zeros((0, n), dt)
+    return jnp.concatenate([f.astype(dt)[None, :], below], axis=0)
+
+
+@eager_op
+def companion(a: Any) -> Array:
+    """The companion matrix of the polynomial with coefficients a (highest first): -a[1:] / a[0] in the first row,
+    ones on the subdiagonal."""
+    a = jnp.asarray(a)
+    if a.ndim != 1 or a.shape[0] < 2:
+        raise ValueError(at_user_line(f"companion: needs a 1-d array of at least 2 coefficients, got shape {a.shape}"))
+    a = a.astype(jnp.result_type(a, float))
+    n = a.shape[0] - 1
+    first = -a[1:] / a[0]
+    below = jnp.concatenate([jnp.eye(n - 1, dtype=a.dtype), jnp.zeros((n - 1, 1), a.dtype)], axis=1)
+    return jnp.concatenate([first[None, :], below], axis=0)
+
+
+@eager_op
+def fiedler(a: Any) -> Array:
+    """The symmetric Fiedler matrix |a_i - a_j|."""
+    a = jnp.ravel(jnp.asarray(a))
+    return jnp.abs(a[:, None] - a[None, :])
+
+
+@eager_op
+def helmert(n: int, full: bool = False) -> Array:
+    """The Helmert matrix of order n (orthogonal): row 0 is 1/sqrt(n); row i has 1/sqrt(i (i+1)) in its first i
+    places and -i/sqrt(i (i+1)) at i. Without `full`, row 0 is left out."""
+    h = np.zeros((n, n))
+    h[0] = 1 / math.sqrt(n)
+    for i in range(1, n):
+        h[i, :i] = 1 / math.sqrt(i * (i + 1))
+        h[i, i] = -i / math.sqrt(i * (i + 1))
+    return jnp.asarray(h if full else h[1:], dtype=jnp.result_type(float))
+
+
+@eager_op
+def hadamard(n: int, dtype: Any = int) -> Array:
+    """The n x n Hadamard matrix (Sylvester's construction; n a power of 2)."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(at_user_line(f"hadamard: n must be a positive power of 2, got {n}"))
+    h = np.ones((1, 1), np.int64)
+    while h.shape[0] < n: h = np.block([[h, h], [h, -h]])
+    return jnp.asarray(h).astype(dtypes.requested(dtype, "hadamard"))
 
 
 def __getattr__(name: str):
