@@ -51,8 +51,8 @@ def values(draw, dtype, shape, lo=-10, hi=10):
 
 def run(fn, *args):
     """fn on fnx arrays made from `args`, eagerly and under fnx.jit: two results (pytrees of numpy arrays). 64-bit
-    inputs run with x64 on (`wide_inputs`)."""
-    with fnx.enable_x64(wide_inputs(*args)):
+    inputs run with x64 on (`wide_inputs`), as does everything inside an x64 block or test."""
+    with fnx.enable_x64(wide_inputs(*args) or fnx.dtypes.x64_enabled()):
         arrays = [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
         eager = fn(*arrays)
         jitted = fnx.jit(fn)(*arrays)
@@ -358,7 +358,11 @@ def test_reduction_dtypes_ddof_and_empty(device):
     check_both(lambda a: jnp.sum(a, dtype=jnp.int32), lambda a: np.sum(a, dtype=np.int32), x, dtype=np.int32)
     check_both(lambda a: jnp.max(a, axis=0, initial=5.0), lambda a: np.max(a, axis=0, initial=5.0), x)
     check_both(lambda a: jnp.sum(a, axis=0, where=a > 3), lambda a: np.sum(a, axis=0, where=a > 3), x)
-    check_both(lambda a: jnp.mean(a, dtype=jnp.float64), lambda a: np.mean(a, dtype=np.float64), x, tol=RED[F64])
+    with fnx.enable_x64():
+        check_both(lambda a: jnp.mean(a, dtype=jnp.float64), lambda a: np.mean(a, dtype=np.float64), x, tol=RED[F64],
+                   dtype=F64)
+    with pytest.warns(UserWarning, match="Explicitly requested dtype float64"):  # x64 off: float32, as JAX
+        assert jnp.mean(x, dtype=jnp.float64).dtype == F32
     check_both(lambda a: a.sum(0).mean(), lambda a: a.sum(0).mean(), x, tol=RED[F32])
     with pytest.raises(ValueError, match="max"):
         jnp.max(jnp.zeros((0, 3)), axis=0)
@@ -387,6 +391,12 @@ def test_creation(device):
     check(jnp.eye(3, 4, k=-1, dtype=jnp.int32), np.eye(3, 4, k=-1))
     check(jnp.identity(2), np.identity(2))
     check(jnp.zeros((0, 2)), np.zeros((0, 2)))
+    with fnx.enable_x64():  # 64-bit defaults, as JAX with jax_enable_x64
+        check(jnp.array([1, 2]), np.array([1, 2]), dtype=np.int64)
+        check(jnp.array(3.0), np.array(3.0), dtype=F64)
+        check(jnp.zeros((2, 3)), np.zeros((2, 3)), dtype=F64)
+        check(jnp.asarray(np.arange(3, dtype=np.uint64)), np.arange(3), dtype=np.uint64)
+    check(jnp.asarray(np.arange(3, dtype=np.int64)), np.arange(3), dtype=np.int32)  # x64 off: narrowed, as JAX
 
 
 @pytest.mark.parametrize("args, kwargs", [((5,), {}), ((2, 11, 3), {}), ((10, 0, -3), {}), ((0, 1, 0.1), {}),
