@@ -638,7 +638,7 @@ def psum_scatter(x, axis_name: Any, *, scatter_dimension: int = 0, axis_index_gr
 
     Example:
       >>> fnx.vmap(lambda x: lax.psum_scatter(x, "i"), axis_name="i")(np.arange(16.0).reshape(4, 4))
-      Array([24., 28., 32., 36.], dtype=float64)
+      Array([24., 28., 32., 36.], dtype=float32)
     """
     _no_groups(axis_index_groups, "psum_scatter")
     size = _total_size(axis_name, "psum_scatter")
@@ -683,7 +683,7 @@ def ppermute(x, axis_name: Any, perm: Sequence[tuple[int, int]]) -> Any:
     Example:
       >>> ring = [(j, (j + 1) % 4) for j in range(4)]
       >>> fnx.vmap(lambda x: lax.ppermute(x, "i", ring), axis_name="i")(np.arange(4.0))
-      Array([3., 0., 1., 2.], dtype=float64)
+      Array([3., 0., 1., 2.], dtype=float32)
     """
     name = _one_axis_name(axis_name, "ppermute")
     pairs = _checked_perm(perm, name, _axis_size(name, "ppermute"))
@@ -713,7 +713,7 @@ def all_to_all(x, axis_name: Any, split_axis: int, concat_axis: int, *, axis_ind
     Example:
       >>> fnx.vmap(lambda x: lax.all_to_all(x, "i", 0, 0), axis_name="i")(np.arange(4.0).reshape(2, 2))
       Array([[0., 2.],
-             [1., 3.]], dtype=float64)
+             [1., 3.]], dtype=float32)
     """
     _no_groups(axis_index_groups, "all_to_all")
     name = _one_axis_name(axis_name, "all_to_all")

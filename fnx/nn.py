@@ -14,7 +14,9 @@ import math
 import operator
 from typing import Any
 
-from fnx import initializers
+import numpy as np
+
+from fnx import dtypes, initializers
 from fnx import lax
 from fnx import numpy as jnp
 from fnx.errors import at_user_line
@@ -81,7 +83,7 @@ def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
     to their cut 1 - erf(y) cancels five-fold, which float64 absorbs. NaN stays NaN.
     """
     cut, terms, cf_from, depth, mid_terms, cap, grid = _ERFC_SPLIT[8 if x.dtype.itemsize >= 8 else 4]
-    x = x.astype(jnp.float64)
+    x = x.astype(dtypes.float64)  # (fnx's DType: float64 also with x64 off)
     y = x * scale
     z = y * y
     coeffs = _erf_taylor(terms)
@@ -255,7 +257,7 @@ def silu(x: Any) -> Array:
     x = _as_float(x)
     # x / (1 + e^-x) with e = e^-|x|: x e / (1 + e) for x < 0. Far out e is subnormal and would lose the bits of
     # the result, which is still normal: there one exp gives h = e^(x/2) instead, and x e = (x h) h.
-    deep = x < (-700.0 if x.dtype == jnp.float64 else -80.0)
+    deep = x < (-700.0 if x.dtype == np.float64 else -80.0)
     v = jnp.exp(jnp.where(deep, 0.5 * x, -jnp.abs(x)))
     numerator = jnp.where(deep, (x * v) * v, jnp.where(x < 0, x * v, x))
     return numerator / (1 + jnp.where(deep, v * v, v))
@@ -297,7 +299,7 @@ def gelu(x: Any, approximate: bool = True) -> Array:
     if approximate:
         return x * (0.5 * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x)))))
     # the product in float64: a narrower erfc would round into the subnormals first
-    return (x.astype(jnp.float64) * (_erfc_wide(x, -1 / math.sqrt(2)) * 0.5)).astype(x.dtype)
+    return (x.astype(dtypes.float64) * (_erfc_wide(x, -1 / math.sqrt(2)) * 0.5)).astype(x.dtype)
 
 
 @eager_op

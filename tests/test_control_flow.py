@@ -300,6 +300,7 @@ def _unrolled_loss(w, h0, xs):
     return h.sum()
 
 
+@pytest.mark.usefixtures("x64")
 def test_grad_of_scan_against_hand_derivation_unrolling_and_finite_differences():
     w, h0, xs = floats((3,), 15, np.float64), floats((3,), 16, np.float64), floats((6, 3), 17, np.float64)
     g = fnx.grad(_scan_loss)(w, h0, xs)
@@ -317,6 +318,7 @@ def test_grad_of_scan_against_hand_derivation_unrolling_and_finite_differences()
         np.testing.assert_allclose(analytic, central_difference(along, arg, direction), rtol=1e-6)
 
 
+@pytest.mark.usefixtures("x64")
 def test_grad_of_scan_through_ys_and_carry_pytrees():
     xs = floats((5, 2), 20, np.float64)
 
@@ -339,6 +341,7 @@ def test_grad_of_scan_through_ys_and_carry_pytrees():
 
 
 @pytest.mark.parametrize("branch", [True, False])
+@pytest.mark.usefixtures("x64")
 def test_grad_of_cond_both_branches(branch, device):
     x, w = floats((3,), 21, np.float64), np.float64(1.3)
 
@@ -353,6 +356,7 @@ def test_grad_of_cond_both_branches(branch, device):
     assert_tree_close(fnx.jit(fnx.grad(f, argnums=(0, 1)))(x, w), (gx, gw), rtol=1e-10)
 
 
+@pytest.mark.usefixtures("x64")
 def test_grad_of_fori_loop_with_static_bounds():
     def f(w):
         return lax.fori_loop(0, 4, lambda i, c: c * w + i, np.float64(1.0))
@@ -362,6 +366,7 @@ def test_grad_of_fori_loop_with_static_bounds():
     np.testing.assert_allclose(float(np.asarray(fnx.jit(fnx.grad(f))(w))), 4 * w ** 3 + 2 * w + 2, rtol=1e-12)
 
 
+@pytest.mark.usefixtures("x64")
 def test_grad_of_nested_scan_and_cond():
     xs = floats((4, 3), 22, np.float64)
 
@@ -404,6 +409,7 @@ def test_jit_of_grad_equals_grad(name, device):
 
 # ---- forward mode ----
 
+@pytest.mark.usefixtures("x64")
 def test_jvp_of_cond_scan_and_while_against_finite_differences():
     xs = floats((5,), 24, np.float64)
     fns = {
@@ -421,6 +427,7 @@ def test_jvp_of_cond_scan_and_while_against_finite_differences():
                                        err_msg=name)
 
 
+@pytest.mark.usefixtures("x64")
 def test_jvp_of_scan_with_pytree_tangents():
     xs = floats((4, 2), 25, np.float64)
 
@@ -501,6 +508,7 @@ def test_vmap_scan(batched, device):
     assert_tree_close(fnx.jit(fnx.vmap(f, in_axes=in_axes))(*args), expected, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("x64")
 def test_vmap_of_grad_of_scan_gives_per_example_gradients(device):
     w, h0, xs = floats((3,), 31, np.float64), floats((3,), 32, np.float64), floats((5, 6, 3), 33, np.float64)
     per_example = fnx.vmap(fnx.grad(_scan_loss), in_axes=(None, None, 0))
@@ -575,6 +583,7 @@ def _geometric_scan(length: int):
     return lambda c: lax.scan(lambda c, _: (c * 0.999 + 1.0, c), c, None, length=length)
 
 
+@pytest.mark.usefixtures("x64")
 def test_long_scan_is_one_node_and_runs_under_jit(device):
     short = fnx.make_graph(_geometric_scan(10))(np.float64(0.0)).fn
     long = fnx.make_graph(_geometric_scan(10_000))(np.float64(0.0)).fn

@@ -63,10 +63,11 @@ def test_factorizations_and_solves_match_jax(batch):
 
 def test_vectors_float64_and_special_matrices():
     a, v = _matrix((4, 4), np.float64), _matrix((4,), np.float64)
-    x = jnp.linalg.solve(a, v)
-    assert x.dtype == np.float64 and x.shape == (4,)
-    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, v), rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(jnp.linalg.det(a)), np.linalg.det(a), rtol=1e-12)
+    with fnx.enable_x64():
+        x = jnp.linalg.solve(a, v)
+        assert x.dtype == np.float64 and x.shape == (4,)
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, v), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(jnp.linalg.det(a)), np.linalg.det(a), rtol=1e-12)
     singular = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
     assert float(jnp.linalg.det(singular)) == 0.0
     sign, log = jnp.linalg.slogdet(singular)
@@ -180,14 +181,16 @@ def test_eigh_matches_lapack(n):
 def test_eigh_float64_degenerate_uplo_and_grad():
     a = _matrix((6, 6), np.float64)
     a = a + a.T
-    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(a)[0]), np.linalg.eigvalsh(a), rtol=0, atol=1e-13)
+    with fnx.enable_x64():
+        np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(a)[0]), np.linalg.eigvalsh(a), rtol=0, atol=1e-13)
     w, v = jnp.linalg.eigh(np.eye(4, dtype=np.float32) * 3)
     np.testing.assert_array_equal(np.asarray(w), [3, 3, 3, 3])
     lower_only = np.tril(a)
-    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(lower_only, symmetrize_input=False)[0]),
-                               np.linalg.eigvalsh(a), atol=1e-12)
-    np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(np.triu(a), UPLO="U", symmetrize_input=False)[0]),
-                               np.linalg.eigvalsh(a), atol=1e-12)
+    with fnx.enable_x64():
+        np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(lower_only, symmetrize_input=False)[0]),
+                                   np.linalg.eigvalsh(a), atol=1e-12)
+        np.testing.assert_allclose(np.asarray(jnp.linalg.eigh(np.triu(a), UPLO="U", symmetrize_input=False)[0]),
+                                   np.linalg.eigvalsh(a), atol=1e-12)
     b = _matrix((5, 5))
     b = b + b.T
 

@@ -113,7 +113,8 @@ def test_gelu_erf_tail_is_relatively_accurate():
         rounding = [float(decimal.Decimal(float(-v)) / decimal.Decimal(2).sqrt() - decimal.Decimal(float(w)))
                     for v, w in zip(x, z)]
         want = x.astype(F64) * (_erfc(z) - 2 / math.sqrt(math.pi) * np.exp(-z * z) * np.array(rounding)) / 2
-        got = np.asarray(nn.gelu(jnp.asarray(x), approximate=False)).astype(F64)
+        with fnx.enable_x64(wide_inputs(x)):
+            got = np.asarray(nn.gelu(jnp.asarray(x), approximate=False)).astype(F64)
         normal = np.abs(want) > np.finfo(dtype).tiny
         np.testing.assert_allclose(got[normal], want[normal], rtol=tol)
 
@@ -186,6 +187,7 @@ def test_softmax_family_extreme_rows():
 
 @given(hnp.arrays(F64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
                   elements=st.floats(-50, 50)), st.booleans())
+@pytest.mark.usefixtures("x64")
 def test_softmax_sums_to_one(x, keepdims):
     axis = -1
     p = np.asarray(nn.softmax(jnp.asarray(x), axis=axis))
@@ -207,6 +209,7 @@ def test_softmax_where():
     np.testing.assert_allclose(lse, np.log(want.sum(-1)), rtol=1e-6)
 
 
+@pytest.mark.usefixtures("x64")
 def test_logsumexp_weights_and_sign(device):
     a = np.array([[0.0, 1.0, 2.0], [3.0, 3.0, -1.0]], F64)
     b = np.array([1.0, -2.0, 0.5])
@@ -347,7 +350,8 @@ def test_normal_uniform_truncated_statistics():
     key = random.PRNGKey(1)
     w = np.asarray(nn.initializers.normal(0.5)(key, (200, 500))).astype(F64)
     assert abs(w.mean()) < 0.005 and abs(w.std() - 0.5) < 0.005
-    u = np.asarray(nn.initializers.uniform(3.0)(key, (200, 500), jnp.float64))
+    with fnx.enable_x64():
+        u = np.asarray(nn.initializers.uniform(3.0)(key, (200, 500), jnp.float64))
     assert u.dtype == np.float64 and u.min() >= 0 and u.max() < 3 and abs(u.mean() - 1.5) < 0.02
     t = np.asarray(nn.initializers.truncated_normal(2.0)(key, (200, 500))).astype(F64)
     assert np.abs(t).max() <= 4 * (1 + 1e-6) and abs(t.std() - 2 * 0.87962566103423978) < 0.02

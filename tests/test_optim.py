@@ -76,18 +76,20 @@ def _expected(name, steps=3):
 
 
 def _run(opt, dtype, jit):
-    params = {k: jnp.asarray(v.astype(dtype)) for k, v in P0.items()}
-    state = opt.init(params)
+    """The params after each step, with x64 on for a 64-bit `dtype`."""
+    with fnx.enable_x64(np.dtype(dtype).itemsize == 8):
+        params = {k: jnp.asarray(v.astype(dtype)) for k, v in P0.items()}
+        state = opt.init(params)
 
-    def step(params, state, grads):
-        updates, state = opt.update(grads, state, params)
-        return optim.apply_updates(params, updates), state
-    step = fnx.jit(step) if jit else step
-    out = []
-    for g in GRADS:
-        params, state = step(params, state, {k: jnp.asarray(v.astype(dtype)) for k, v in g.items()})
-        out.append({k: np.asarray(v) for k, v in params.items()})
-    return out, state
+        def step(params, state, grads):
+            updates, state = opt.update(grads, state, params)
+            return optim.apply_updates(params, updates), state
+        step = fnx.jit(step) if jit else step
+        out = []
+        for g in GRADS:
+            params, state = step(params, state, {k: jnp.asarray(v.astype(dtype)) for k, v in g.items()})
+            out.append({k: np.asarray(v) for k, v in params.items()})
+        return out, state
 
 
 @pytest.mark.parametrize("jit", [False, True])

@@ -143,7 +143,7 @@ def test_array_parameters_match_jax(jr):
 def test_64bit_types_match_jax_x64(jr):
     jax = pytest.importorskip("jax")
     k = random.PRNGKey(3)
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), fnx.enable_x64(True):
         jk = jr.PRNGKey(3)
         assert_bits_equal(random.bits(k, (100,), jnp.uint64), jr.bits(jk, (100,), "uint64"))
         assert_bits_equal(random.uniform(k, (100,), jnp.float64, -3.0, 5.0),

@@ -179,6 +179,7 @@ def test_unary_float32_jit(name):
 
 
 @pytest.mark.parametrize("name", list(UNARY))
+@pytest.mark.usefixtures("x64")
 def test_unary_float64(name):
     fn, ref, (lo, hi) = UNARY[name]
     largest, max_ulp = F64_EXCEPTIONS.get(name, (np.inf, MAX_ULP[F64]))
