@@ -12,7 +12,7 @@ import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
 
 
-pytestmark = pytest.mark.usefixtures("jax_x64")
+pytestmark = pytest.mark.usefixtures("x64")  # fnx and JAX in float64
 
 
 rng = np.random.default_rng(5)

@@ -10,6 +10,8 @@ import fnx
 import fnx.numpy as jnp
 from fnx import lax
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 inputs and derivatives
+
 rng = np.random.default_rng(4)
 A = rng.standard_normal((3, 4))                 # any sign
 B = rng.standard_normal((3, 4))

@@ -9,6 +9,8 @@ import fnx.numpy as jnp
 from fnx import lax
 from fnx.uop import Ops
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 inputs and derivatives
+
 rng = np.random.default_rng(3)
 X3 = rng.uniform(0.5, 1.5, 3)
 X8 = np.linspace(0.1, 1.0, 8)

@@ -16,6 +16,8 @@ from fnx.transforms.grad import vjp_rules
 from fnx.transforms.jvp import jvp_rules
 from fnx.uop import GroupOp, Ops
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 inputs and derivatives
+
 rng = np.random.default_rng(1)
 X3 = rng.uniform(0.5, 1.5, 3)
 X34 = rng.standard_normal((3, 4))
@@ -341,6 +343,8 @@ def test_hessian_against_finite_differences_and_jacobians():
 def test_gradient_dtype_follows_the_input():
     assert np.asarray(fnx.grad(lambda x: (x * x).sum())(X3.astype(np.float32))).dtype == np.float32
     assert np.asarray(fnx.grad(lambda x: (x * x).sum())(X3)).dtype == np.float64
+    with fnx.enable_x64(False):  # x64 off (the default): float64 inputs become float32, as in JAX
+        assert np.asarray(fnx.grad(lambda x: (x * x).sum())(X3)).dtype == np.float32
 
 
 @given(st.lists(st.floats(-3, 3), min_size=4, max_size=4))

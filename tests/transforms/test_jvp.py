@@ -9,6 +9,8 @@ import fnx
 import fnx.numpy as jnp
 from fnx import lax
 
+pytestmark = pytest.mark.usefixtures("x64")  # float64 inputs and derivatives
+
 rng = np.random.default_rng(2)
 X3 = rng.uniform(0.5, 1.5, 3)
 X34 = rng.standard_normal((3, 4))

@@ -15,7 +15,7 @@ import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
 
 
-pytestmark = pytest.mark.usefixtures("jax_x64")
+pytestmark = pytest.mark.usefixtures("x64")  # fnx and JAX in float64
 
 
 LIBS = {"fnx": (fnx, jnp), "jax": (jax, jjnp)}
