@@ -355,7 +355,9 @@ def _log2_hi_lo(a: Array) -> tuple[Array, Array]:
     scaled = where(tiny, a * 2.0 ** 54, a)
     bits = _float_bits(scaled)[0]
     e = cast(lax.bitwise_and(lax.shift_right(bits, 52), 0x7FF) - 1023, dtypes.float64)
-    m = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, (1 << 52) - 1), 1023 << 52), dtypes.float64)
+    # (int64 constants, not Python ints: with x64 off a Python int beyond int32 is an OverflowError)
+    mantissa = lax.bitwise_and(bits, _full(bits, (1 << 52) - 1))
+    m = lax.bitcast_convert_type(lax.bitwise_or(mantissa, _full(bits, 1023 << 52)), dtypes.float64)
     big = m > math.sqrt(2.0)
     m = where(big, m * 0.5, m)
     e = e + where(big, _full(e, 1.0), _full(e, 0.0)) - where(tiny, _full(e, 54.0), _full(e, 0.0))

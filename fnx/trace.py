@@ -686,9 +686,10 @@ def cast(a: Array, dtype: DType) -> Array:
 
 
 def inexact_dtype(dtype: DType) -> DType:
-    """The float dtype an operation that needs floats computes in (64-bit integers -> float64)."""
+    """The float dtype an operation that needs floats computes in: float64 for 64-bit integers, float32 for the
+    others (with x64 on too, as JAX's)."""
     if dtype.is_float: return dtype
-    return dtypes.float64 if dtype.itemsize == 8 else dtypes.default_float()
+    return dtypes.float64 if dtype.itemsize == 8 else dtypes.float32
 
 
 def promote(arrays: Sequence[Array], to_float: bool = False, numeric: bool = False) -> tuple[list[Array], bool]:

@@ -223,15 +223,15 @@ REDUCTIONS = ["sum", "prod", "mean", "var", "std", "max", "min", "all", "any", "
 
 @pytest.mark.parametrize("dtype", dtypes.DTYPES, ids=str)
 def test_reduction_dtypes_match_jax(dtype):
-    """sum/prod of int8 are int32 but cumsum/cumprod of int8 stay int8 (wrapping), as in JAX. argmax/argmin give
-    fnx's default int (int32) also for 64-bit inputs, as JAX with x64 off (docs/JAX_DIFFERENCES.md)."""
+    """sum/prod of int8 are int32 but cumsum/cumprod of int8 stay int8 (wrapping), as in JAX. With x64 off, 64-bit
+    inputs narrow to 32 bits; with x64 on, sum/prod of int32 and argmax/argmin are int64: as JAX in both modes."""
     x = np.array([[100, 100, 3], [2, 1, 0]]).astype(dtype.np)
-    for name in REDUCTIONS:
-        with jax_x64(dtype.itemsize == 8 and name not in ("argmax", "argmin")):
+    for name, x64 in itertools.product(REDUCTIONS, (False, True)):
+        with jax_x64(x64), fnx.enable_x64(x64):
             expected = getattr(jjnp, name)(jjnp.asarray(x))
             expected_axis = getattr(jjnp, name)(jjnp.asarray(x), axis=1)
-        got, got_axis = getattr(jnp, name)(jnp.asarray(x)), getattr(jnp, name)(jnp.asarray(x), axis=1)
-        assert got.dtype == expected.dtype and got_axis.dtype == expected_axis.dtype, name
+            got, got_axis = getattr(jnp, name)(jnp.asarray(x)), getattr(jnp, name)(jnp.asarray(x), axis=1)
+        assert got.dtype == expected.dtype and got_axis.dtype == expected_axis.dtype, (name, x64)
         assert not got.weak_type and not got_axis.weak_type
         if not dtypes.to_dtype(got.dtype).is_float:  # exact integer (wrapping) and bool results
             np.testing.assert_array_equal(np.asarray(got_axis), np.asarray(expected_axis), err_msg=name)
@@ -519,35 +519,40 @@ BINARY = ["add", "subtract", "multiply", "true_divide", "floor_divide", "mod", "
 def test_binary_result_dtypes_match_jax(name):
     """Every pair of operands (strong dtypes and weak Python scalars); bools compute as int32 where JAX's numeric
     promotion says so (True // True, True ** True, True % True, shifts). JAX under jit: eagerly, jnp.power with a
-    concrete integer exponent keeps the base's dtype, a value-dependent rule fnx does not copy."""
+    concrete integer exponent keeps the base's dtype, a value-dependent rule fnx does not copy. Pairs of 32-bit
+    operands with x64 off and on, pairs with a 64-bit one with x64 on (off, it would narrow to 32 bits)."""
     mismatches = []
     for a, b in itertools.product(OPERANDS[:-2], OPERANDS[:-2]):
-        with jax_x64(_is_64(a) or _is_64(b)):
-            args = [1 if w and d.is_int else 1.0 if w else jjnp.ones(3, d.np) for d, w in (a, b)]
-            try:  # shapes and dtypes only: nothing is compiled
-                expected = str(jax.eval_shape(getattr(jjnp, name), *args).dtype)
-            except TypeError:
-                expected = "TypeError"
-        args = [1 if w and d.is_int else 1.0 if w else jnp.ones(3, d.np) for d, w in (a, b)]
-        try:
-            got = str(_traced_output(getattr(jnp, name), *args).dtype.np)
-        except TypeError:
-            got = "TypeError"
-        if got != expected and "TypeError" not in (got, expected):
-            mismatches.append((a, b, got, expected))
+        for x64 in [True] if _is_64(a) or _is_64(b) else [False, True]:
+            with jax_x64(x64):
+                args = [1 if w and d.is_int else 1.0 if w else jjnp.ones(3, d.np) for d, w in (a, b)]
+                try:  # shapes and dtypes only: nothing is compiled
+                    expected = str(jax.eval_shape(getattr(jjnp, name), *args).dtype)
+                except TypeError:
+                    expected = "TypeError"
+            with fnx.enable_x64(x64):
+                args = [1 if w and d.is_int else 1.0 if w else jnp.ones(3, d.np) for d, w in (a, b)]
+                try:
+                    got = str(_traced_output(getattr(jnp, name), *args).dtype.np)
+                except TypeError:
+                    got = "TypeError"
+            if got != expected and "TypeError" not in (got, expected):
+                mismatches.append((a, b, x64, got, expected))
     assert not mismatches
 
 
 @pytest.mark.parametrize("name", ["square", "reciprocal", "negative", "abs", "sqrt", "floor", "invert"])
 def test_unary_result_dtypes_match_jax(name):
     for dtype in dtypes.DTYPES:
-        with jax_x64(dtype.itemsize == 8):
-            try:
-                expected = str(getattr(jjnp, name)(jjnp.ones(3, dtype.np)).dtype)
-            except TypeError:
-                expected = "TypeError"
-        try:
-            got = str(getattr(jnp, name)(jnp.ones(3, dtype.np)).dtype)
-        except TypeError:
-            got = "TypeError"
-        assert got == expected, dtype
+        for x64 in [True] if dtype.itemsize == 8 else [False, True]:
+            with jax_x64(x64):
+                try:
+                    expected = str(getattr(jjnp, name)(jjnp.ones(3, dtype.np)).dtype)
+                except TypeError:
+                    expected = "TypeError"
+            with fnx.enable_x64(x64):
+                try:
+                    got = str(getattr(jnp, name)(jnp.ones(3, dtype.np)).dtype)
+                except TypeError:
+                    got = "TypeError"
+            assert got == expected, (dtype, x64)

@@ -49,8 +49,10 @@ def test_special_floats_and_sizes():
     for n in (0, 1, 2, 1000):
         x = RNG.standard_normal(n).astype(np.float32)
         _same(jnp.sort(x), np.sort(x))
-    wide = np.asarray(jnp.sort(SPECIAL.astype(np.float64)))
+    with fnx.enable_x64():  # a float64 sort (with x64 off, the input narrows to float32, as in JAX)
+        wide = np.asarray(jnp.sort(SPECIAL.astype(np.float64)))
     assert wide.dtype == np.float64
+    assert np.asarray(jnp.sort(SPECIAL.astype(np.float64))).dtype == np.float32
     _same(wide.astype(np.float32), J.sort(SPECIAL))
 
 

@@ -152,9 +152,9 @@ def _primitives(x, y):
 
 
 @given(st.sampled_from(DTYPES), st.data())
-def test_every_primitive_on_every_dtype_is_exactly_the_oracles(dtype, data):
+def test_every_primitive_on_every_dtype_is_exactly_the_oracles(x64, dtype, data):
     """Scalar ALU through numpy scalars and fnx.reference: bit for bit what interp computes (NaNs where it has
-    them), on the corner cases of every dtype."""
+    them), on the corner cases of every dtype (the 64-bit ones and the casts to them: with x64 on)."""
     x, y = (np.array(data.draw(st.lists(_values(dtype), min_size=9, max_size=9)), dtype) for _ in range(2))
     with np.errstate(all="ignore"):
         expected = _on("interp", _primitives, x, y)
@@ -185,6 +185,7 @@ def test_integer_division_modulo_and_shifts(dtype):
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # (interp's float16 of 1e10: inf)
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint16, np.uint64])
+@pytest.mark.usefixtures("x64")  # (the casts through float64)
 def test_float_to_int_casts_saturate_like_the_oracle(dtype):
     x = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 3e38, -3e38, 2.0 ** 31, -(2.0 ** 31), 255.5, 256.0, -0.9,
                   127.9, -128.9, 1.5, -1.5], F32)

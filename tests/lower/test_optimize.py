@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assertions import one_action, random_schedule
+from assertions import one_action, random_schedule, wide_inputs
 import fnx
 import fnx.numpy as jnp
 from fnx.backends import interp
@@ -72,7 +72,8 @@ PROGRAMS = {  # name -> (function, arguments): odd sizes on purpose, so masks an
 
 def _traced(name):
     fn, args = PROGRAMS[name]
-    lowered = fnx.jit(fn).lower(*[jnp.asarray(a) for a in args])
+    with fnx.enable_x64(wide_inputs(*args)):  # matmul_f64 tests float64
+        lowered = fnx.jit(fn).lower(*[jnp.asarray(a) for a in args])
     return lowered.traced.fn, [np.asarray(a) for a in args]
 
 
