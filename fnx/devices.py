@@ -16,6 +16,7 @@ from fnx.backends.device import Device, SingleDeviceSharding, canonical_device, 
 from fnx.backends.device import platform_of, processes
 from fnx.errors import at_user_line
 from fnx.sharding.sharding import NamedSharding, PartitionSpec, as_named, shard_host_value
+from fnx import trace as _trace
 from fnx.trace import Array, realize, state, to_array
 from fnx.uop import Ops, UOp
 
@@ -126,3 +127,6 @@ def default_device(device: Any):
         yield
     finally:
         state.default_device = previous
+
+
+_trace.device_put_hook = device_put  # (astype(device=) in fnx.trace, which cannot import this module)

@@ -919,16 +919,20 @@ def _concrete_ints(x: Any, name: str, what: str) -> np.ndarray:
     return value.astype(np.int64)
 
 
+def nonzero_sized_hook(x: Array, size: int, fill_value: Any, name: str) -> list[Array]:
+    """fnx.numpy_arrays._nonzero_sized, installed when that module (which builds on this one) is imported."""
+    raise RuntimeError("fnx.numpy_arrays is not imported")
+
+
 @eager_op
 def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple[Array, ...]:
     """Indices of the nonzero elements, one array of the default int per axis. Without `size` it needs a concrete
     value (not under jit); with it, exactly `size` indices per axis: the first ones, then `fill_value` (default 0;
     a scalar or one per axis), as JAX's."""
     if size is not None:
-        from fnx.numpy_arrays import _nonzero_sized  # (numpy_arrays builds on this module)
         x = as_operand(a, "nonzero")
         if x.ndim == 0: raise ValueError(at_user_line("nonzero: not defined for 0-d arrays (as in JAX)"))
-        return tuple(_nonzero_sized(x, size, fill_value, "nonzero"))
+        return tuple(nonzero_sized_hook(x, size, fill_value, "nonzero"))
     index = dtypes.default_int().np
     return tuple(array(i.astype(index)) for i in np.nonzero(np.atleast_1d(_concrete(a, "nonzero"))))
 

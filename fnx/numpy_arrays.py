@@ -1384,3 +1384,6 @@ def einsum_path(subscripts: str, *operands: Any, optimize: Any = "greedy") -> tu
 from fnx import numpy as _numpy  # noqa: E402  (the namespace these names join)
 
 _numpy._extend({name: globals()[name] for name in __all__})
+
+
+_numpy.nonzero_sized_hook = _nonzero_sized  # (nonzero(size=) in fnx.numpy, which cannot import this module)

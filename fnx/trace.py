@@ -918,6 +918,9 @@ def astype(x: Any, dtype: Any, /, *, copy: bool = False, device: Any = None) -> 
     """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed; then put
     on `device` when one is given (`fnx.device_put`). `copy` changes nothing: arrays are immutable."""
     out = with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)
-    if device is None: return out
-    from fnx.devices import device_put  # (devices builds on this module)
-    return device_put(out, device)
+    return out if device is None else device_put_hook(out, device)
+
+
+def device_put_hook(x: Any, device: Any) -> Any:
+    """fnx.device_put, installed by fnx.devices when it is imported (it builds on this module)."""
+    raise RuntimeError("fnx.devices is not imported")
