@@ -191,6 +191,12 @@ class CUDABuffer(Buffer):
     def numpy(self, shape: tuple[int, ...]) -> np.ndarray:
         return self.allocator.copyout(self).reshape(shape)
 
+    def wait(self) -> None:
+        """Until the GPU has run everything queued on the device's stream so far (launches return at once)."""
+        super().wait()
+        _use(self.allocator.context)
+        _check(self.allocator.driver.cuStreamSynchronize(self.allocator.stream), f"{self.device}: cuStreamSynchronize")
+
     def __del__(self):
         if self.ptr: self.allocator.free(self.ptr)
 

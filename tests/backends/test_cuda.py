@@ -292,6 +292,22 @@ def test_device_put_round_trips_and_runs_on_gpu():
 
 
 @gpu
+def test_block_until_ready_waits_for_the_gpu():
+    """Launches return at once; block_until_ready returns only when the stream has run them (it returned at once
+    on the first GPU run, so a benchmark timed the launches alone)."""
+    from cuda.bindings import driver
+    a = fnx.device_put(np.ones((2048, 2048), np.float32), "cuda:0")
+    f = fnx.jit(lambda a: jnp.tanh(a @ a) @ a)
+    f(a).block_until_ready()
+    device = fnx.devices("cuda")[0]
+    outs = [f(a) for _ in range(20)]  # a few hundred milliseconds of queued work without tensor cores
+    assert int(driver.cuStreamQuery(device.stream)[0]) == int(driver.CUresult.CUDA_ERROR_NOT_READY)
+    fnx.block_until_ready(outs[-1])
+    assert int(driver.cuStreamQuery(device.stream)[0]) == 0  # CUDA_SUCCESS: the stream has run everything
+    np.testing.assert_allclose(np.asarray(outs[0])[:2, :2], np.tanh(np.float32(2048)) * 2048, rtol=1e-5)
+
+
+@gpu
 def test_float16_empty_large_and_mixed_devices_on_gpu():
     with fnx.default_device("cuda"):
         h = jnp.asarray(np.array([1.5, -2.25, 65504, 6e-8, np.nan], np.float16))
