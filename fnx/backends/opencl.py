@@ -15,6 +15,7 @@ no devices and `opencl` is an unknown device only when used.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -137,8 +138,9 @@ class CLCompiler(Compiler):
 class CLProgram(Program):
     """One kernel of a built program: `program(*buffers, dims=(lo, hi))` runs iterations lo..hi of its grid loop."""
 
-    def __init__(self, name: str, kernel, queue, local: int):
+    def __init__(self, name: str, kernel, queue, local: int, built=None):
         self.name, self.kernel, self.queue, self.local = name, kernel, queue, local
+        self.built = built  # the built program, alive while a kernel of it is (CLDevice._built holds it weakly)
 
     def __call__(self, *buffers: Buffer, dims: tuple = (0, 1)) -> None:
         lo, hi, *group = dims  # (group: the kernel's work-group size; one group per iteration of the grid loop)
@@ -171,7 +173,9 @@ class CLDevice(Device):
         super().__init__("opencl", ordinal, CLAllocator(name, self.context, self.queue), target=target,
                          renderer=CRenderer(OPENCL),
                          compiler=CLCompiler(ObjectCache(config.cache_dir, key, suffix=".clbin"), self.context, device))
-        self._built: dict[bytes, object] = {}
+        # built programs by binary, while an executable uses them: a dict kept every program the process ever built
+        # (about a megabyte each on PoCL: gigabytes over the test suite)
+        self._built: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def executable(self, fn: UOp) -> ReplayExecutable:
         return ReplayExecutable(fn, self)
@@ -187,7 +191,7 @@ class CLDevice(Device):
         built = self._built.get(binary)
         if built is None:
             built = self._built[binary] = cl.Program(self.context, [self.cl_device], [binary]).build()
-        return CLProgram(name, cl.Kernel(built, name), self.queue, self.target.local_size)
+        return CLProgram(name, cl.Kernel(built, name), self.queue, self.target.local_size, built)
 
 
 register_runtime(Runtime("opencl", lambda: len(_cl_devices()), CLDevice))

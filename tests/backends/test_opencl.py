@@ -83,3 +83,23 @@ def test_memory_of_dead_buffers_is_reused_in_queue_order():
     for _ in range(5):  # (every intermediate dies and is recycled while later kernels are queued)
         value, expected = f(value), expected * np.float32(2) + np.float32(1)
     np.testing.assert_array_equal(np.asarray(value), expected)
+
+
+def test_programs_are_freed_with_their_executables():
+    """A built program lives while an executable uses it: the device kept every program it ever built (about a
+    megabyte each on PoCL), and the test suite's workers grew past the machine's memory."""
+    import gc
+    import weakref
+    x = np.ones(16, np.float32)
+    device = fnx.devices("opencl")[0]
+    before = set(device._built.keys())
+    with fnx.default_device("opencl"):
+        for k in range(5):
+            np.testing.assert_allclose(np.asarray(fnx.jit(lambda a, k=k: a * (k + 0.5) + k)(x)), x * (k + 0.5) + k)
+    built_here = [weakref.ref(p) for key, p in device._built.items() if key not in before]
+    assert built_here
+    fnx.clear_caches()
+    gc.collect()
+    assert not [r for r in built_here if r() is not None]
+    with fnx.default_device("opencl"):  # and a program built again after its executable was dropped still runs
+        np.testing.assert_allclose(np.asarray(fnx.jit(lambda a: a * 0.5)(x)), x * 0.5)
