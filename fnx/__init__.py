@@ -23,6 +23,7 @@ from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E
 from fnx import dlpack, scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
+from fnx.transforms.pmap import pmap  # noqa: E402  (a jitted shard_map: above numpy, api and sharding)
 from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config.update; fnx.profiler.trace)
 from fnx.dtypes import enable_x64  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
 from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, default_backend,  # noqa: E402
@@ -45,7 +46,7 @@ __all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policie
            "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize",
            "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",
            "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim", "print_environment_info", "process_count",
-           "process_index", "process_indices", "profiler", "pure_callback", "random", "remat", "save", "scipy",
+           "pmap", "process_index", "process_indices", "profiler", "pure_callback", "random", "remat", "save", "scipy",
            "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap",
            "Array", "Device", "NamedSharding", "P", "ShapeDtypeStruct", "ShapedArray"]
 

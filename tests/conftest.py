@@ -1,8 +1,10 @@
 """Test configuration: the `device` fixture runs a test once per backend that works on this machine."""
 import atexit
+import gc
 import glob
 import os
 import shutil
+import sys
 import tempfile
 
 
@@ -87,6 +89,18 @@ def _wide(value) -> bool:
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return np.dtype(value).name in _WIDE_NAMES
     return type(value).__name__ == "DType" and getattr(value, "name", None) in _WIDE_NAMES
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_compiled_programs_after_each_module():
+    """Each test module starts with empty trace and executable caches (the on-disk object cache stays): an xdist
+    worker runs a hundred modules, and 512 cached executables of a megabyte or two each, kept from module to module
+    beside JAX's own caches, added gigabytes to each worker on a 2-core, 24 GiB CI machine."""
+    yield
+    import fnx
+    fnx.clear_caches()
+    if "jax" in sys.modules: sys.modules["jax"].clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -95,7 +95,8 @@ def _index_buffer(mesh: Mesh, device: str, axis: str) -> Buffer:
 
 
 def _depths(body: UOp) -> dict[UOp, int | None]:
-    """Each node's number of collectives on its longest path from the inputs (None: it reads no input)."""
+    """Each node's number of collectives on its longest path from the inputs (None: it reads no input; a collective
+    always has a depth, 0 when its operand reads no input)."""
     depth: dict[UOp, int | None] = {}
     for u in body.graph:
         if u.op is Ops.TUPLE: continue
@@ -104,6 +105,8 @@ def _depths(body: UOp) -> dict[UOp, int | None]:
             continue
         levels = [depth[s] + (s.op is Ops.COLLECTIVE and s.arg.kind != "axis_index")
                   for s in u.operands if depth.get(s) is not None]
+        if not levels and u.op is Ops.COLLECTIVE:  # of a constant (a backward pass's ones): it runs after stage 0,
+            levels = [0]  # so what reads it is at depth 1 (reading no input, it floated into stage 0: a KeyError)
         depth[u] = max(levels) if levels else None
     return depth
 

@@ -132,6 +132,21 @@ def test_grad_through_each_collective_equals_jax(mesh4, name):
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)
 
 
+def test_grad_when_the_cotangent_is_a_constant(mesh4):
+    """grad of sum(shard_map(...)) with a psum inside: the backward pass's psum reads only the constant ones of
+    the sum's cotangent, and the staged program read its result before computing it (a KeyError)."""
+    x, w = _rand(4, 3, seed=5), _rand(3, seed=6)
+    jmesh = _jax_mesh((4,), ("i",))
+    bodies = [lambda lib: lambda v, w: lib.lax.psum(((v * w) ** 2).sum(), "i")[None],
+              lambda lib: lambda v, w: lib.lax.psum(v.sum(-1), "i") * w.sum()]
+    for body in bodies:
+        ours = fnx.grad(lambda v, w: fnx.shard_map(body(fnx), mesh=mesh4, in_specs=(P("i"), P()),
+                                                   out_specs=P("i"))(v, w).sum(), argnums=(0, 1))(x, w)
+        theirs = jax.grad(lambda v, w: jax.shard_map(body(jax), mesh=jmesh, in_specs=(JP("i"), JP()),
+                                                     out_specs=JP("i"))(v, w).sum(), argnums=(0, 1))(x, w)
+        for a, b in zip(ours, theirs): np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5)
+
+
 def test_grad_of_pmax_goes_to_the_largest_block(mesh4):  # (JAX has no derivative of pmax; numpy's max is the oracle)
     x, weights = _rand(3, 8, seed=12), _rand(3, 2, seed=13)
     f = fnx.shard_map(lambda b: lax.pmax(b, "i"), mesh=mesh4, in_specs=P(None, "i"), out_specs=P())
