@@ -26,9 +26,10 @@ from fnx import debug  # noqa: E402
 from fnx.transforms.pmap import pmap  # noqa: E402  (a jitted shard_map: above numpy, api and sharding)
 from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config.update; fnx.profiler.trace)
 from fnx.dtypes import enable_x64  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
-from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, default_backend,  # noqa: E402
-                     default_matmul_precision, device_get, eval_shape, host_ids, jacobian, linear_transpose,
-                     make_jaxpr, named_call, named_scope, print_environment_info, pure_callback, typeof)
+from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, debug_infs,  # noqa: E402
+                     debug_nans, default_backend, default_matmul_precision, device_get, eval_shape, host_ids,
+                     jacobian, linear_transpose, make_jaxpr, named_call, named_scope, print_environment_info,
+                     pure_callback, typeof)
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
@@ -40,8 +41,9 @@ except _metadata.PackageNotFoundError:  # (run from a source tree that was not i
     __version__ = "0.0.0+unknown"
 
 __all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policies", "clear_caches", "config",
-           "custom_gradient", "custom_jvp", "custom_vjp", "debug", "default_backend", "default_device",
-           "default_matmul_precision", "device_count", "device_get", "device_put", "devices", "disable_jit",
+           "custom_gradient", "custom_jvp", "custom_vjp", "debug", "debug_infs", "debug_nans", "default_backend",
+           "default_device", "default_matmul_precision", "device_count", "device_get", "device_put", "devices",
+           "disable_jit",
            "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "grad", "hessian", "host_count",
            "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize",
            "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",

@@ -13,6 +13,7 @@ import numpy as np
 
 from fnx import dtypes, tree_util
 from fnx.backends.device import _executables, platform_of
+from fnx.config import config
 from fnx.debug.callbacks import host_arguments, run_on_host
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, Traced, as_array, state, trace
@@ -290,6 +291,33 @@ checkpoint_policies = __import__("types").SimpleNamespace(
 )
 
 _PRECISIONS = (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32", "fastest")
+
+
+@contextlib.contextmanager
+def debug_nans(new_val: bool = True):
+    """Inside the block, a NaN in a float result is a FloatingPointError naming the op and the line that made it
+    (jax.debug_nans; also `fnx.config.update("jax_debug_nans", True)` or JAX_DEBUG_NANS=1). Eager ops check their
+    results; a jitted call that returns a NaN runs again op by op to find the op, as in JAX. The setting is the
+    process's for the block (JAX's is the thread's)."""
+    with _setting("debug_nans", new_val):
+        yield
+
+
+@contextlib.contextmanager
+def debug_infs(new_val: bool = True):
+    """As debug_nans, for infinities (jax.debug_infs)."""
+    with _setting("debug_infs", new_val):
+        yield
+
+
+@contextlib.contextmanager
+def _setting(name: str, value: bool):
+    previous = getattr(config, name)
+    setattr(config, name, bool(value))
+    try:
+        yield
+    finally:
+        setattr(config, name, previous)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,8 @@ class Config:
     cuda_arch: str = "sm_90"  # FNX_CUDA_ARCH: the GPU a compile-only cuda device (no GPU present) compiles for
     explain_cache_misses: bool = False  # FNX_EXPLAIN_RETRACE: log why each jit retrace happened (what changed)
     enable_x64: bool = False  # FNX_ENABLE_X64 / JAX_ENABLE_X64: 64-bit types on (JAX's jax_enable_x64; off as in JAX)
+    debug_nans: bool = False  # FNX_DEBUG_NANS / JAX_DEBUG_NANS: a NaN in a float result is a FloatingPointError
+    debug_infs: bool = False  # FNX_DEBUG_INFS / JAX_DEBUG_INFS: so is an infinity
 
 
 def _positive(name: str, default: str) -> int:
@@ -61,13 +63,15 @@ def _read() -> Config:
                                 distributed_timeout=_seconds("FNX_DISTRIBUTED_TIMEOUT", "300"),
                                 cuda_arch=os.environ.get("FNX_CUDA_ARCH", "") or "sm_90",
                                 explain_cache_misses=os.environ.get("FNX_EXPLAIN_RETRACE", "0") not in ("", "0"),
-                                enable_x64=_flag("FNX_ENABLE_X64", "JAX_ENABLE_X64"))
+                                enable_x64=_flag("FNX_ENABLE_X64", "JAX_ENABLE_X64"),
+                                debug_nans=_flag("FNX_DEBUG_NANS", "JAX_DEBUG_NANS"),
+                                debug_infs=_flag("FNX_DEBUG_INFS", "JAX_DEBUG_INFS"))
 
 
 config = _read()
 
 # the settings `update` may change while the program runs (the others are read once, at import)
-_UPDATABLE = {"explain_cache_misses": bool, "enable_x64": bool}
+_UPDATABLE = {"explain_cache_misses": bool, "enable_x64": bool, "debug_nans": bool, "debug_infs": bool}
 
 
 def update(name: str, value) -> None:

@@ -431,14 +431,33 @@ def _realize_tree(tree: Any) -> Any:
     return tree
 
 
+def special_values(tree: Any, what: str) -> str | None:
+    """With debug_nans / debug_infs on (JAX's jax_debug_nans / jax_debug_infs): JAX's message for the first float
+    result in `tree` that holds a NaN / an infinity, computed by `what`; else None."""
+    for x in tree_util.tree_leaves(tree):
+        if not isinstance(x, Array) or x._buffer is None or not x.uop.dtype.is_float: continue
+        value = np.asarray(x)
+        value = value.astype(np.float32) if value.dtype.itemsize == 2 else value  # (ml_dtypes' bfloat16 too)
+        if config.debug_nans and np.isnan(value).any(): return f"invalid value (nan) encountered in {what}"
+        if config.debug_infs and np.isinf(value).any(): return f"invalid value (inf) encountered in {what}"
+    return None
+
+
 def eager_op(fn: Callable) -> Callable:
-    """Decorator for array-API functions: outside a trace, build the whole call lazily, then run it as one FUNCTION."""
+    """Decorator for array-API functions: outside a trace, build the whole call lazily, then run it as one FUNCTION.
+    With debug_nans / debug_infs on, a NaN / infinity in its result is a FloatingPointError naming the function and
+    the user's line."""
+    name = getattr(fn, "__name__", "an operation")
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if state.depth: return fn(*args, **kwargs)
         with building():
             out = fn(*args, **kwargs)
-        return _realize_tree(out)
+        out = _realize_tree(out)
+        if (config.debug_nans or config.debug_infs) and (bad := special_values(out, name)) is not None:
+            raise FloatingPointError(at_user_line(bad))
+        return out
     return wrapper
 
 

@@ -20,8 +20,9 @@ import numpy as np
 
 import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
+from fnx.config import config
 from fnx.errors import at_user_line
-from fnx.trace import Array, _realize_tree, state
+from fnx.trace import Array, _realize_tree, special_values, state
 from fnx.uop import GroupOp, Ops, ParamArg, UOp
 
 # ---- graphs and bodies ----
@@ -87,9 +88,14 @@ def partial(fun: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...]) -> 
     return partial_fun
 
 
-def finish(tree: Any) -> Any:
-    """Outside any trace, run what a transform built; inside one, leave it lazy."""
-    return _realize_tree(tree) if not state.depth else tree
+def finish(tree: Any, what: str = "a transformed function") -> Any:
+    """Outside any trace, run what a transform built (a FloatingPointError naming `what` for a NaN / infinity in
+    it, with debug_nans / debug_infs on); inside one, leave it lazy."""
+    if state.depth: return tree
+    tree = _realize_tree(tree)
+    if (config.debug_nans or config.debug_infs) and (bad := special_values(tree, what)) is not None:
+        raise FloatingPointError(at_user_line(bad))
+    return tree
 
 
 # ---- maths shared by the rules ----

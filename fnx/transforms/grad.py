@@ -187,7 +187,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
             grads = backward(body_outs[:n_out], cts, params)
             grads = [g if g is not None else lax.full(p.shape, 0, p.dtype) for g, p in zip(grads, params)]
             grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves)]
-        return finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)))
+        return finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)), "the backward pass (vjp)")
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 

@@ -29,7 +29,8 @@ from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line, user_frame
 from fnx.sharding import spmd
-from fnx.trace import Array, Traced, abstract_leaf, compile_function, realize, state, to_array, trace
+from fnx.trace import (Array, Traced, abstract_leaf, compile_function, realize, special_values, state, to_array,
+                       trace)
 from fnx.uop import BufferArg, Ops, UOp
 
 
@@ -446,11 +447,24 @@ class Jitted:
             if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
             if lowered.fast is not None and (out := lowered.fast(args)) is not None:
                 (shape, weak), = lowered.out_avals
-                return Array.from_buffer(out, shape, weak)
-            return _run(lowered, args)
-        lowered, leaves = self._lower(args, kwargs)
-        if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
-        return _run(lowered, leaves)
+                result = Array.from_buffer(out, shape, weak)
+            else:
+                result = _run(lowered, args)
+        else:
+            lowered, leaves = self._lower(args, kwargs)
+            if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
+            result = _run(lowered, leaves)
+        if config.debug_nans or config.debug_infs: self._check_values(result, args, kwargs)
+        return result
+
+    def _check_values(self, result: Any, args: tuple, kwargs: dict) -> None:
+        """debug_nans / debug_infs: a NaN or infinity in the results runs the function again op by op, as JAX does,
+        so that the FloatingPointError names the op that made it and its line; where no single op does (the
+        compiled code rounded differently), the error names the jitted function."""
+        bad = special_values(result, f"jit({self._name})")
+        if bad is None: return
+        self._run_eagerly(args, kwargs)
+        raise FloatingPointError(at_user_line(f"{bad}; run op by op, no single operation made it"))
 
     def _with_static(self, static: tuple) -> Callable:
         """The function of (dynamic args, dynamic kwargs) that calls `fun` with the `static` values put back."""
