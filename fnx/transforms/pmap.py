@@ -22,7 +22,7 @@ from fnx.errors import UnsupportedError, at_user_line
 from fnx.sharding import P
 from fnx.sharding.mesh import Mesh
 from fnx.transforms.shard_map import shard_map
-from fnx.transforms.vmap import _broadcast_prefix
+from fnx.transforms.vmap import _broadcast_prefix, mapped_axes
 
 _unnamed = itertools.count()
 _tracing = threading.local()  # .axis: the axis name of the pmap whose body this thread is tracing
@@ -107,17 +107,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
             raise ValueError(at_user_line(f"pmap: in_axes has {len(spec)} entries for {len(dynamic)} arguments"))
         leaves, treedef = tree_util.tree_flatten((dynamic, kwargs))
         axes = _broadcast_prefix(spec, dynamic, "in_axes") + [0] * (len(leaves) - len(tree_util.tree_leaves(dynamic)))
-        sizes, norm = set(), []
-        for k, (leaf, ax) in enumerate(zip(leaves, axes)):
-            shape = tuple(getattr(leaf, "shape", ()))
-            if ax is None:
-                norm.append(None)
-                continue
-            if not -len(shape) <= ax < len(shape):
-                raise ValueError(at_user_line(f"pmap: in_axes {ax} is out of range for argument leaf {k} of shape "
-                                              f"{shape}"))
-            norm.append(ax % len(shape))
-            sizes.add(shape[ax])
+        norm, mapped = mapped_axes(leaves, axes, "pmap")
+        sizes = {length for _, length in mapped}
         if len(sizes) > 1:
             raise ValueError(at_user_line(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}"))
         if not sizes and axis_size is None:

@@ -398,6 +398,23 @@ def _prefix_pairs(prefix: Any, tree: Any) -> tuple[list, list]:
     return tree_util.tree_leaves(prefix, is_leaf=lambda v: v is None), subtrees
 
 
+def mapped_axes(leaves: list, axes: list, name: str) -> tuple[list[int | None], list[tuple[int, int]]]:
+    """Each leaf's mapped axis made non-negative (None: not mapped), and (leaf number, length) of each mapped one;
+    a ValueError naming `name` (vmap, pmap) for an axis out of range."""
+    norm, sizes = [], []
+    for i, (leaf, ax) in enumerate(zip(leaves, axes)):
+        shape = tuple(getattr(leaf, "shape", ()))
+        if ax is None:
+            norm.append(None)
+            continue
+        if not -len(shape) <= ax < len(shape):
+            raise ValueError(at_user_line(f"{name}: in_axes {ax} is out of range for argument leaf {i} of shape "
+                                          f"{shape}"))
+        norm.append(ax % len(shape))
+        sizes.append((i, shape[ax]))
+    return norm, sizes
+
+
 def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | None = None,
          axis_size: int | None = None) -> Callable:
     """Vectorize `fun` over an axis of its inputs (jax.vmap).
@@ -424,19 +441,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: str | No
         # keyword arguments are always mapped over their axis 0, as in JAX (in_axes covers the positional ones)
         keyword_leaves = len(leaves) - len(tree_util.tree_leaves(args))
         axes = _broadcast_prefix(axes_spec, args, "in_axes") + [0] * keyword_leaves
-        size, sizes = axis_size, []
-        norm_axes = []
-        for i, (leaf, ax) in enumerate(zip(leaves, axes)):
-            shape = tuple(getattr(leaf, "shape", ()))
-            if ax is None:
-                norm_axes.append(None)
-                continue
-            if not -len(shape) <= ax < len(shape):
-                raise ValueError(at_user_line(f"vmap: in_axes {ax} is out of range for argument leaf {i} of shape "
-                                              f"{shape}"))
-            ax %= len(shape)
-            norm_axes.append(ax)
-            sizes.append((i, shape[ax]))
+        size = axis_size
+        norm_axes, sizes = mapped_axes(leaves, axes, "vmap")
         found = {s for _, s in sizes}
         if len(found) > 1 or (size is not None and found and found != {size}):
             detail = ", ".join(f"argument {owner[i]} (leaf {i}) has size {s}" for i, s in sizes)
