@@ -25,7 +25,7 @@ from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
 from fnx.transforms.pmap import pmap  # noqa: E402  (a jitted shard_map: above numpy, api and sharding)
 from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config.update; fnx.profiler.trace)
-from fnx.dtypes import enable_x64  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
+from fnx.dtypes import enable_x64, float0  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
 from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, debug_infs,  # noqa: E402
                      debug_nans, default_backend, default_matmul_precision, device_get, eval_shape, host_ids,
                      jacobian, linear_transpose, make_jaxpr, named_call, named_scope, print_environment_info,
@@ -43,8 +43,8 @@ except _metadata.PackageNotFoundError:  # (run from a source tree that was not i
 __all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policies", "clear_caches", "config",
            "custom_gradient", "custom_jvp", "custom_vjp", "debug", "debug_infs", "debug_nans", "default_backend",
            "default_device", "default_matmul_precision", "device_count", "device_get", "device_put", "devices",
-           "disable_jit",
-           "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "grad", "hessian", "host_count",
+           "disable_jit", "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "float0", "grad",
+           "hessian", "host_count",
            "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize",
            "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",
            "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim", "print_environment_info", "process_count",

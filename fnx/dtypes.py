@@ -105,6 +105,9 @@ class DType:
 
 
 bool_ = DType("bool", 1, "b")
+# JAX's float0: the dtype of an integer input's gradient (grad(..., allow_int=True)), a numpy dtype of no bytes;
+# such gradients are numpy arrays, never fnx Arrays, as in JAX
+float0 = np.dtype([("float0", np.void, 0)])
 int8 = DType("int8", 1, "i")
 int16 = DType("int16", 2, "i")
 int32 = DType("int32", 4, "i")

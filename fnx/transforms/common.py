@@ -67,10 +67,11 @@ def argnums_tuple(argnums: int | Sequence[int], nargs: int, name: str) -> tuple[
     return tuple(n % nargs for n in nums)
 
 
-def float_argnums(argnums: int | Sequence[int], args: tuple, name: str) -> tuple[int, ...]:
-    """`argnums_tuple`, raising TypeError (as JAX does) when a differentiated argument has a non-float leaf."""
+def float_argnums(argnums: int | Sequence[int], args: tuple, name: str, allow_int: bool = False) -> tuple[int, ...]:
+    """`argnums_tuple`, raising TypeError (as JAX does) when a differentiated argument has a non-float leaf (unless
+    `allow_int`: integer and bool leaves then get float0 gradients)."""
     nums = argnums_tuple(argnums, len(args), name)
-    for n in nums:
+    for n in nums if not allow_int else ():
         for leaf in tree_util.tree_leaves(args[n]):
             dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
             if not dt.is_float:

@@ -137,8 +137,11 @@ def _bwd_cotangents(rule, primals: tuple, result: Any) -> list[Array | None]:
 
 # ---- the user-facing transforms ----
 
-def _weak_as(gradient: Array, primal: Any) -> Array:
-    """A gradient carries its primal's weak type, as in JAX (grad of a Python float is weak)."""
+def _weak_as(gradient: Array, primal: Any) -> Any:
+    """A gradient carries its primal's weak type, as in JAX (grad of a Python float is weak); an integer or bool
+    primal's gradient (grad's allow_int=True) is JAX's float0 zeros, a numpy array of that empty dtype."""
+    dt = dtypes.to_dtype(primal.dtype) if hasattr(primal, "dtype") else dtypes.canonicalize_scalar(primal)[0]
+    if not dt.is_float: return np.zeros(np.shape(primal), dtypes.float0)
     weak = primal.weak_type if isinstance(primal, Array) else type(primal) is float
     return gradient if gradient.weak_type == weak else Array(gradient.uop, weak)
 
@@ -200,13 +203,13 @@ def _split_aux(out_tree) -> tuple:
     return children[0], children[1], children[0].num_leaves
 
 
-def unsupported_options(name: str, holomorphic: bool, allow_int: bool) -> None:
+def unsupported_options(name: str, holomorphic: bool, allow_int: bool = False) -> None:
     """JAX's grad/jacobian options fnx cannot honour yet, refused with the reason (False is JAX's default)."""
     if holomorphic:
         raise NotImplementedError(f"{name}(holomorphic=True): fnx has no complex numbers yet")
     if allow_int:
-        raise NotImplementedError(f"{name}(allow_int=True): fnx has no float0 dtype for integer inputs' gradients "
-                                  "yet; exclude integer arguments with argnums")
+        raise NotImplementedError(f"{name}(allow_int=True): fnx gives float0 gradients for integer inputs in grad "
+                                  "and value_and_grad only; exclude integer arguments with argnums")
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, holomorphic: bool = False,
@@ -214,17 +217,17 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     """A function returning `(fun(*args), gradient of fun with respect to args[argnums])`.
 
     `fun` must return a scalar float (or `(scalar, aux)` with `has_aux`). With a tuple `argnums` the gradient is
-    a tuple. Integer inputs raise TypeError, as in JAX. `holomorphic` and `allow_int` must be False (JAX's default;
-    True is a NotImplementedError saying why).
+    a tuple. Integer inputs raise TypeError, as in JAX; with `allow_int=True` their gradients are float0 zeros
+    (`fnx.dtypes.float0`, numpy arrays), as JAX's. `holomorphic` must be False (True is a NotImplementedError).
 
     Example:
       >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
       (Array(5., dtype=float32), Array([0., 2., 4.], dtype=float32))
     """
-    unsupported_options("grad", holomorphic, allow_int)
+    unsupported_options("grad", holomorphic)
 
     def wrapped(*args, **kwargs):
-        nums = float_argnums(argnums, args, "grad")
+        nums = float_argnums(argnums, args, "grad", allow_int)
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]

@@ -384,4 +384,19 @@ def test_jax_options_of_grad_and_jacobians():
         with pytest.raises(NotImplementedError, match="holomorphic=True.*complex"):
             transform(jnp.sin, holomorphic=True)
     with pytest.raises(NotImplementedError, match="allow_int=True"):
-        fnx.grad(jnp.sin, allow_int=True)
+        fnx.jacrev(jnp.sin, allow_int=True)
+
+
+def test_grad_allow_int_gives_float0_zeros_as_jax():
+    jax = pytest.importorskip("jax")
+    params = {"w": np.arange(3, dtype=np.float32), "n": np.arange(3, dtype=np.int32), "on": np.array(True)}
+    loss = lambda p, k: (p["w"] * p["n"] * k).sum() * p["on"]  # noqa: E731
+    for transform in (fnx.grad, fnx.value_and_grad):
+        ours = transform(loss, argnums=(0, 1), allow_int=True)(params, 2)
+        theirs = getattr(jax, transform.__name__)(loss, argnums=(0, 1), allow_int=True)(params, 2)
+        ours, theirs = (ours[1], theirs[1]) if transform is fnx.value_and_grad else (ours, theirs)
+        np.testing.assert_allclose(np.asarray(ours[0]["w"]), theirs[0]["w"])
+        for got, want in ((ours[0]["n"], theirs[0]["n"]), (ours[0]["on"], theirs[0]["on"]), (ours[1], theirs[1])):
+            assert isinstance(got, np.ndarray) and got.dtype == want.dtype == fnx.float0 and got.shape == want.shape
+    with pytest.raises(TypeError, match="real-valued"):  # without allow_int, as in JAX
+        fnx.grad(loss, argnums=(0, 1))(params, 2)
