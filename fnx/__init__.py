@@ -28,8 +28,8 @@ from fnx import config, profiler  # noqa: E402  (fnx.config.update as jax.config
 from fnx.dtypes import enable_x64, float0  # noqa: E402  (`with fnx.enable_x64(True):` as jax.enable_x64)
 from fnx.api import (ShapedArray, checkpoint_policies, clear_caches, custom_gradient, debug_infs,  # noqa: E402
                      debug_nans, default_backend, default_matmul_precision, device_get, eval_shape, host_ids,
-                     jacobian, linear_transpose, make_jaxpr, named_call, named_scope, print_environment_info,
-                     pure_callback, typeof)
+                     jacobian, linear_transpose, log_compiles, make_jaxpr, named_call, named_scope,
+                     print_environment_info, pure_callback, typeof)
 from fnx.backends import cpu_llvm as _cpu_llvm  # noqa: E402,F401  (registers cpu; loads LLVM now, as `import jax` loads XLA)
 from fnx.backends import interp as _interp  # noqa: E402,F401  (registers the interp runtime)
 from fnx.backends import opencl as _opencl  # noqa: E402,F401  (registers opencl: devices only with pyopencl and a driver)
@@ -44,8 +44,8 @@ __all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policie
            "custom_gradient", "custom_jvp", "custom_vjp", "debug", "debug_infs", "debug_nans", "default_backend",
            "default_device", "default_matmul_precision", "device_count", "device_get", "device_put", "devices",
            "disable_jit", "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "float0", "grad",
-           "hessian", "host_count",
-           "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize",
+           "hessian", "host_count", "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
+           "linear_transpose", "linearize", "log_compiles",
            "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",
            "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim", "print_environment_info", "process_count",
            "pmap", "process_index", "process_indices", "profiler", "pure_callback", "random", "remat", "save", "scipy",

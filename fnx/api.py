@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fnx import dtypes, tree_util
+from fnx import dtypes, events, tree_util
 from fnx.backends.device import _executables, platform_of
 from fnx.config import config
 from fnx.debug.callbacks import host_arguments, run_on_host
@@ -308,6 +310,27 @@ def debug_infs(new_val: bool = True):
     """As debug_nans, for infinities (jax.debug_infs)."""
     with _setting("debug_infs", new_val):
         yield
+
+
+def _log_compile(event: events.Event) -> None:
+    if event.cat in ("trace", "lower", "compile") and event.duration is not None:
+        logging.getLogger("fnx").warning(events.debug_line(event, 1))
+
+
+@contextlib.contextmanager
+def log_compiles(new_val: bool = True):
+    """Inside the block, each trace, lowering and compilation is logged as a warning on the 'fnx' logger, with its
+    function, time and cache use (jax.log_compiles; JAX_LOG_COMPILES=1 / FNX_LOG_COMPILES=1 turn it on for the
+    whole process). FNX_DEBUG=1 prints the same lines and the kernel launches."""
+    stop = events.listen(_log_compile) if new_val else None
+    try:
+        yield
+    finally:
+        if stop is not None: stop()
+
+
+if os.environ.get("FNX_LOG_COMPILES", os.environ.get("JAX_LOG_COMPILES", "0")) not in ("", "0"):
+    events.listen(_log_compile)
 
 
 @contextlib.contextmanager

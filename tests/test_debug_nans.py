@@ -77,3 +77,16 @@ def test_config_update_and_environment_variable():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "JAX_DEBUG_NANS": "1"}, capture_output=True,
                          text=True, timeout=300)
     assert out.stdout.startswith("raised invalid value (nan) encountered in log"), out.stdout + out.stderr
+
+
+def test_log_compiles_logs_each_trace_and_compile_in_the_block(caplog):
+    def scaled(v):
+        return v * 2.5
+    with caplog.at_level("WARNING", logger="fnx"):
+        with fnx.log_compiles():
+            fnx.jit(scaled)(np.ones(3, np.float32))
+            fnx.jit(scaled)(np.ones(3, np.float32))  # cached: nothing new to log
+        fnx.jit(scaled)(np.ones(4, np.float32))  # after the block: not logged
+    messages = [r.getMessage() for r in caplog.records if r.name == "fnx"]
+    assert [m.split()[1] for m in messages] == ["trace", "lower", "compile"], messages
+    assert all("scaled" in m for m in messages)
