@@ -14,7 +14,8 @@ from fnx.transforms.shard_map import shard_map
 from fnx import sharding  # noqa: E402
 from fnx.sharding import NamedSharding, P, make_mesh
 from fnx.sharding import distributed  # noqa: E402  (fnx.distributed: many processes over MPI; imports no MPI)
-from fnx.sharding.distributed import make_array_from_callback, process_count, process_index
+from fnx.sharding.distributed import (make_array_from_callback, make_array_from_single_device_arrays,
+                                      process_count, process_index)
 from fnx.backends.device import Device
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
@@ -46,7 +47,8 @@ __all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policie
            "disable_jit", "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "float0", "grad",
            "hessian", "host_count", "host_id", "host_ids", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
            "linear_transpose", "linearize", "log_compiles",
-           "load", "local_device_count", "local_devices", "make_array_from_callback", "make_graph", "make_jaxpr",
+           "load", "local_device_count", "local_devices", "make_array_from_callback",
+           "make_array_from_single_device_arrays", "make_graph", "make_jaxpr",
            "make_mesh", "named_call", "named_scope", "nn", "numpy", "optim", "print_environment_info", "process_count",
            "pmap", "process_index", "process_indices", "profiler", "pure_callback", "random", "remat", "save", "scipy",
            "shard_map", "sharding", "test_util", "tree", "tree_util", "typeof", "value_and_grad", "vjp", "vmap",

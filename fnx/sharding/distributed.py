@@ -283,6 +283,42 @@ def make_array_from_callback(shape: Sequence[int], sharding: Any, data_callback:
     return Array.from_buffer(buffer, shape)
 
 
+def make_array_from_single_device_arrays(shape: Sequence[int], sharding: Any, arrays: Sequence[Any], *,
+                                         dtype: Any = None) -> Array:
+    """An array of global `shape` laid out by `sharding` from one array per addressable device, each already on
+    its device and holding that device's slice, as jax.make_array_from_single_device_arrays. (The slices pass
+    through host memory on their way into the sharded array.)
+
+    Raises:
+      ValueError: for an array on a device outside the sharding, with the wrong shape for its slice, two arrays on
+        one device, or a device of the sharding with no array.
+    """
+    shape = tuple(int(n) for n in shape)
+    if not isinstance(sharding, NamedSharding):
+        raise TypeError(f"make_array_from_single_device_arrays: expected a NamedSharding, got "
+                        f"{type(sharding).__name__}")
+    index_of = sharding.addressable_devices_indices_map(shape)
+    slices: dict[tuple, np.ndarray] = {}
+    for a in arrays:
+        device = a.device
+        if device not in index_of:
+            raise ValueError(f"make_array_from_single_device_arrays: an array on {device}, which holds no shard of "
+                             f"{sharding} (devices {sorted(d.name for d in index_of)})")
+        index = index_of[device]
+        want = tuple(len(range(*s.indices(n))) for s, n in zip(index, shape))
+        if tuple(a.shape) != want:
+            raise ValueError(f"make_array_from_single_device_arrays: the array on {device} has shape "
+                             f"{tuple(a.shape)}, and its shard {index} of {shape} has shape {want}")
+        slices[tuple((s.start, s.stop) for s in index)] = np.asarray(a)
+    given = [a.device for a in arrays]
+    if (twice := sorted({d.name for d in given if given.count(d) > 1})):
+        raise ValueError(f"make_array_from_single_device_arrays: several arrays on {twice}")
+    if (missing := [d.name for d in index_of if d not in given]):
+        raise ValueError(f"make_array_from_single_device_arrays: no array for the devices {sorted(missing)}")
+    return make_array_from_callback(shape, sharding, lambda index: slices[tuple((s.start, s.stop) for s in index)],
+                                    dtype=dtype if dtype is not None else arrays[0].dtype)
+
+
 # ---- collectives across processes ----
 
 @dataclass

@@ -1,5 +1,5 @@
 """fnx.pmap against jax.pmap (JAX with eight host devices, fnx with eight cpu devices): collectives over the axis,
-in_axes/out_axes and pytrees, static arguments, gradients, and the errors."""
+in_axes/out_axes and pytrees, static arguments, gradients, and the errors; and make_array_from_single_device_arrays."""
 import numpy as np
 import pytest
 
@@ -94,3 +94,23 @@ def test_errors_name_the_problem(cpus):
         fnx.pmap(fnx.pmap(lambda v: v * 2, "j"), "i")(np.ones((2, 4, 3), np.float32))
     with pytest.raises(ValueError, match="hashable"):
         fnx.pmap(lambda a, s: a, static_broadcasted_argnums=1)(np.ones((2, 3), np.float32), np.ones(2))
+
+
+def test_make_array_from_single_device_arrays(mesh24):
+    """One array per device, each holding its shard, become one sharded array (as JAX's, checked against the host
+    array it was cut from)."""
+    host = RNG.standard_normal((4, 8)).astype(np.float32)
+    sharding = fnx.NamedSharding(mesh24, fnx.P("data", "model"))
+    index_of = sharding.addressable_devices_indices_map(host.shape)
+    pieces = [fnx.device_put(host[index], device) for device, index in index_of.items()]
+    x = fnx.make_array_from_single_device_arrays(host.shape, sharding, pieces)
+    np.testing.assert_array_equal(np.asarray(x), host)
+    assert x.sharding == sharding and x.shape == host.shape
+    np.testing.assert_array_equal(np.asarray(fnx.jit(lambda a: a * 2)(x)), host * 2)
+    with pytest.raises(ValueError, match="has shape"):
+        fnx.make_array_from_single_device_arrays(host.shape, sharding, [fnx.device_put(host, pieces[0].device)]
+                                                 + pieces[1:])
+    with pytest.raises(ValueError, match="no array for the devices"):
+        fnx.make_array_from_single_device_arrays(host.shape, sharding, pieces[1:])
+    with pytest.raises(ValueError, match="several arrays on"):
+        fnx.make_array_from_single_device_arrays(host.shape, sharding, pieces + pieces[:1])
