@@ -129,7 +129,7 @@ def test_unary_float64_reference():
     close(fnp.i0(y32), np.i0(y32.astype(np.float64)).astype(np.float32), (1e-6, 0))
     with fnx.enable_x64():  # float64 inputs stay float64 with x64 on
         close(fnp.i0(y), np.i0(y), (1e-13, 0))
-        close(fnp.cbrt(x64), np.cbrt(x64), (3e-16, 0))
+        close(fnp.cbrt(x64), np.cbrt(x64), (4.5e-16, 0))  # within 2 ulp (1.7 ulp seen on some CPUs)
         close(fnp.frexp(x64), np.frexp(x64), (0, 0))
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Container, Sequence
 
 from fnx import dtypes, lax, tree_util
-from fnx.errors import at_user_line
+from fnx.errors import UnexpectedTracerError, at_user_line
+from fnx.rewrite import substitute
 from fnx.trace import Array, LRUCache, _realize_tree, building, state, trace
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops, ParamArg, UOp
 
 _serial = itertools.count()
 
@@ -77,7 +78,15 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
                    kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
     rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
     arg_uops = [_leaf(x, p) for x, p in zip(leaves, traced.fn.src[1:])]
-    call = UOp(Ops.CALL, dtypes.bool_, (traced.body, *arg_uops), rule)
+    body = traced.body
+    if kind == "checkpoint" and (free := free_params(body, ("custom", serial))):
+        # closure conversion: values of an enclosing trace that the function closed over become arguments of the
+        # call, so that differentiating the call differentiates them too (their gradient was silently lost)
+        hoisted = [UOp(Ops.PARAM, p.dtype, (), ParamArg(len(arg_uops) + i, p.arg.shape, p.arg.device,
+                                                        ("custom", serial))) for i, p in enumerate(free)]
+        body = substitute(body, dict(zip(free, hoisted)))
+        arg_uops += free
+    call = UOp(Ops.CALL, dtypes.bool_, (body, *arg_uops), rule)
     outs = [Array(UOp(Ops.GETTUPLE, o.dtype, (call,), i), w)
             for i, (o, w) in enumerate(zip(traced.body.src, traced.out_weak))]
     out = tree_util.tree_unflatten(traced.out_tree, outs)
@@ -85,6 +94,29 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
 
 
 _rules = LRUCache(4096)  # bounded: a checkpoint made anew each step (a new serial) must not pin its closures forever
+
+
+def free_params(body: UOp, own: tuple) -> list[UOp]:
+    """The PARAMs that `body` reads but that neither its call (tag `own`) nor a node inside it binds: values of
+    an enclosing trace the function closed over."""
+    nodes = body.toposort
+    bound = {own} | {b for u in nodes if (b := u.binds) is not None}
+    return [u for u in nodes if u.op is Ops.PARAM and u.arg.tag not in bound]
+
+
+def refuse_closure(call: UOp, carried: Container[UOp], transform: str) -> None:
+    """A custom_vjp / custom_jvp whose function closed over a value `transform` differentiates (one of `carried`)
+    would lose that value's derivative (its rule gives derivatives for its arguments only): JAX's
+    UnexpectedTracerError, naming the function and the remedy."""
+    rule = call.arg
+    if getattr(rule, "kind", None) not in ("vjp", "jvp"): return
+    found = next((v for v in call.src[0].toposort if v in carried), None)
+    if found is None: return
+    name = getattr(rule.fun, "__name__", "function")
+    raise UnexpectedTracerError(at_user_line(
+        f"custom_{rule.kind} {name} closes over a value that {transform} differentiates (shape {found.shape}, "
+        f"{found.dtype}), which its rule cannot differentiate: pass it to {name} as an argument (and give its "
+        f"derivative in the rule), as JAX requires (jax.closure_convert)"))
 
 
 def _rules_cache(kind, fun, in_tree, out_tree, static, serial, rules) -> CustomRule:

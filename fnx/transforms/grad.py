@@ -30,6 +30,7 @@ from fnx.trace import Array, building, inline, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_vjp, scan_vjp, while_vjp
+from fnx.transforms.custom import refuse_closure
 from fnx.transforms.shard_map import shard_map_vjp
 from fnx.uop import Ops, ParamArg, UOp
 
@@ -51,6 +52,8 @@ def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
 def backward(outs: list[UOp], cotangents: list[Array | None], wrt: list[UOp]) -> list[Array | None]:
     """Cotangents of `wrt` given cotangents of `outs` (None: zero). Builds graph; call inside `building()`."""
     live = _depends(outs, wrt)
+    for u in graph(outs):
+        if u.op is Ops.CALL: refuse_closure(u, live, "grad")
     grads: dict[UOp, Any] = {}
 
     def send(u: UOp, g: Array | None) -> None:

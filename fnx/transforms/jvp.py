@@ -26,6 +26,7 @@ from fnx.trace import Array, building, inline, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
+from fnx.transforms.custom import refuse_closure
 from fnx.transforms.grad import jacrev, unsupported_options
 from fnx.transforms.shard_map import shard_map_jvp
 from fnx.uop import Ops, UOp
@@ -35,6 +36,7 @@ def forward(outs: list[UOp], wrt: list[UOp], tangents: list[Array | None]) -> li
     """Tangents of `outs` given tangents of `wrt` (None: zero). Builds graph; call inside `building()`."""
     tans: dict[UOp, Any] = {w: t for w, t in zip(wrt, tangents) if t is not None}
     for u in graph(outs):
+        if u.op is Ops.CALL: refuse_closure(u, tans, "jvp")
         if u in tans or not any(s in tans for s in u.operands): continue
         if u.op is Ops.GETTUPLE:  # one output of a call or control node, whose rule gave a tangent per output
             t = tans[u.src[0]][u.arg]

@@ -343,3 +343,60 @@ def test_concrete_value_inside_checkpoint_under_grad_is_a_clear_error():
         fnx.grad(fnx.checkpoint(f))(jnp.ones(3))
     # plain grad of concrete inputs reads the value (a constant to the derivative): cos(x) * sum(x)
     np.testing.assert_allclose(np.asarray(fnx.grad(f)(jnp.ones(3))), np.full(3, np.cos(1.0) * 3), rtol=1e-6)
+
+
+# ---- closures over values being differentiated ----
+
+def _closing_checkpoint(lib):
+    def loss(params, x):
+        def layer(h):  # closes over params: a checkpointed layer as users write it
+            return lib.numpy.tanh(h @ params["w"] + params["b"])
+        h = lib.checkpoint(layer)(x)
+        h = lib.checkpoint(layer)(h)  # the same block reused
+        return (h ** 2).sum()
+    return loss
+
+
+def test_checkpoint_closing_over_parameters_differentiates_them_as_jax():
+    """The gradient of values a checkpointed function closes over was silently zero: they are now arguments of
+    the call (closure conversion), in grad, jvp, grad of grad, vmap and jit."""
+    jax = pytest.importorskip("jax")
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((4, 4)).astype(np.float32) * 0.5, "b": rng.standard_normal(4).astype(np.float32)}
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ours = fnx.grad(_closing_checkpoint(fnx))(params, x)
+    theirs = jax.grad(_closing_checkpoint(jax))(params, x)
+    for k in params: np.testing.assert_allclose(np.asarray(ours[k]), theirs[k], rtol=1e-5, atol=1e-6)
+    jitted = fnx.jit(fnx.grad(_closing_checkpoint(fnx)))(params, x)
+    for k in params: np.testing.assert_allclose(np.asarray(jitted[k]), theirs[k], rtol=1e-5, atol=1e-6)
+    t = {k: np.ones_like(v) for k, v in params.items()}
+    np.testing.assert_allclose(np.asarray(fnx.jvp(lambda p: _closing_checkpoint(fnx)(p, x), (params,), (t,))[1]),
+                               jax.jvp(lambda p: _closing_checkpoint(jax)(p, x), (params,), (t,))[1], rtol=1e-5)
+
+    def scalar(lib):
+        return lambda a: lib.checkpoint(lambda v: lib.numpy.sin(v * a))(2.0)
+    np.testing.assert_allclose(float(fnx.grad(fnx.grad(scalar(fnx)))(3.0)), jax.grad(jax.grad(scalar(jax)))(3.0),
+                               rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(fnx.vmap(fnx.grad(scalar(fnx)))(jnp.arange(3.0))),
+                               jax.vmap(jax.grad(scalar(jax)))(np.arange(3.0)), rtol=1e-5)
+
+
+def test_custom_rules_closing_over_a_differentiated_value_raise_as_jax():
+    """custom_vjp / custom_jvp rules give derivatives for their arguments only: a closed-over value being
+    differentiated is JAX's UnexpectedTracerError (its gradient was silently zero); closing over a value that is
+    not differentiated works."""
+    def outer(a, kind):
+        if kind == "vjp":
+            g = fnx.custom_vjp(lambda x: x * a)
+            g.defvjp(lambda x: (x * a, None), lambda _, ct: (ct * 100.0,))
+        else:
+            g = fnx.custom_jvp(lambda x: x * a)
+            g.defjvp(lambda p, t: (p[0] * a, t[0] * 100.0))
+        return g(2.0)
+    for kind in ("vjp", "jvp"):
+        with pytest.raises(fnx.errors.UnexpectedTracerError, match=f"custom_{kind} <lambda> closes over a value"):
+            fnx.grad(outer)(3.0, kind)
+        assert float(fnx.jit(outer, static_argnums=1)(3.0, kind)) == 6.0
+        assert float(fnx.grad(lambda x, a: outer(a, kind) * x)(1.0, 3.0)) == 6.0
+    with pytest.raises(fnx.errors.UnexpectedTracerError, match="jvp differentiates"):
+        fnx.jvp(lambda a: outer(a, "jvp"), (3.0,), (1.0,))
