@@ -5,7 +5,7 @@ from fnx import dtypes, errors, lax, tree, tree_util
 from fnx.checkpoint_io import load, save
 from fnx.devices import default_device, device_count, device_put, devices, local_device_count, local_devices
 from fnx.trace import Array
-from fnx.transforms.custom import checkpoint, custom_jvp, custom_vjp, remat
+from fnx.transforms.custom import checkpoint, closure_convert, custom_jvp, custom_vjp, remat
 from fnx.transforms.grad import grad, jacrev, value_and_grad, vjp
 from fnx.transforms.jvp import hessian, jacfwd, jvp, linearize
 from fnx.transforms.vmap import vmap
@@ -20,6 +20,7 @@ from fnx.backends.device import Device
 
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import lax_ops, lax_conv, lax_sort, lax_gather  # noqa: E402,F401  (join fnx.lax: see lax._extend)
+from fnx import lax_implicit  # noqa: E402,F401  (lax.custom_root: above the transforms it uses)
 from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg  # noqa: E402,F401  (join fnx.numpy)
 from fnx import dlpack, scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
@@ -41,7 +42,8 @@ try:
 except _metadata.PackageNotFoundError:  # (run from a source tree that was not installed)
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policies", "clear_caches", "config",
+__all__ = ["__version__", "block_until_ready", "checkpoint", "checkpoint_policies", "clear_caches", "closure_convert",
+           "config",
            "custom_gradient", "custom_jvp", "custom_vjp", "debug", "debug_infs", "debug_nans", "default_backend",
            "default_device", "default_matmul_precision", "device_count", "device_get", "device_put", "devices",
            "disable_jit", "distributed", "dlpack", "dtypes", "enable_x64", "errors", "eval_shape", "float0", "grad",

@@ -19,7 +19,7 @@ from typing import Any, Callable, Container, Sequence
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnexpectedTracerError, at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array, LRUCache, _realize_tree, building, state, trace
+from fnx.trace import Array, LRUCache, _realize_tree, building, inline, state, trace
 from fnx.uop import Ops, ParamArg, UOp
 
 _serial = itertools.count()
@@ -117,6 +117,41 @@ def refuse_closure(call: UOp, carried: Container[UOp], transform: str) -> None:
         f"custom_{rule.kind} {name} closes over a value that {transform} differentiates (shape {found.shape}, "
         f"{found.dtype}), which its rule cannot differentiate: pass it to {name} as an argument (and give its "
         f"derivative in the rule), as JAX requires (jax.closure_convert)"))
+
+
+def closure_convert(fun: Callable, *example_args: Any) -> tuple[Callable, list[Array]]:
+    """`(converted, consts)` with `converted(*args, *consts) == fun(*args)`: the values of enclosing traces that
+    `fun` closes over (a transform's or jit's arguments and what is computed from them) become explicit arguments,
+    as jax.closure_convert, so that a custom_vjp / custom_jvp given them as arguments can differentiate them.
+    Closed-over concrete arrays stay constants; with nothing to convert, `consts` is empty.
+
+    Example:
+      >>> def outer(a):
+      ...     f, consts = fnx.closure_convert(lambda x: x * a, 2.0)   # consts == [a]
+      ...     return f(2.0, *consts)
+    """
+    tag = ("closure", next(_serial))
+    traced = trace(fun, example_args, transform=True, tag=tag,
+                   kind=f"closure_convert of {getattr(fun, '__name__', 'a function')}")
+    free = free_params(traced.body, tag)
+    consts = [Array(p) for p in free]
+    outs = list(traced.body.src)
+
+    def converted(*args_and_consts):
+        args, given = args_and_consts[:len(args_and_consts) - len(free)], args_and_consts[len(args_and_consts)
+                                                                                           - len(free):]
+        leaves, in_tree = tree_util.tree_flatten(args)
+        if in_tree != traced.in_tree or len(given) != len(free):
+            raise TypeError(at_user_line(f"closure_convert: the converted function takes arguments structured as "
+                                         f"{traced.in_tree} and then {len(free)} consts; got {in_tree} and "
+                                         f"{len(given)}"))
+        with building():
+            mapping = {p: lax.to_array(c, p.dtype).uop for p, c in zip(free, given)}
+            body = substitute(UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), mapping) if mapping else None
+            values = inline(traced, list(body.src) if body is not None else outs, leaves)
+            out = tree_util.tree_unflatten(traced.out_tree, [Array(u, w) for u, w in zip(values, traced.out_weak)])
+        return _realize_tree(out) if not state.depth else out
+    return converted, consts
 
 
 def _rules_cache(kind, fun, in_tree, out_tree, static, serial, rules) -> CustomRule:
