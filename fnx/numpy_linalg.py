@@ -181,6 +181,21 @@ class QRResult(NamedTuple):
 
 
 @eager_op
+def householder(column: Array, j: Any, index: Array) -> Array:
+    """The unit vector v of the reflection I - 2 v v^T that maps `column`'s entries j.. onto entry j, made
+    -sign(column[j]) times their norm (LAPACK's dlarfg signs), leaving entries above j alone; zero (no reflection)
+    when nothing below entry j is nonzero."""
+    x = jnp.where(index >= j, column, 0)
+    head = jnp.take(x, j, axis=-1)
+    length = jnp.sqrt(jnp.sum(x * x, axis=-1))
+    alpha = -jnp.where(head < 0, -1.0, 1.0).astype(column.dtype) * length
+    v = x - jnp.where(index == j, alpha[..., None], 0)
+    size = jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
+    below = jnp.sum(jnp.where(index > j, x * x, 0), axis=-1, keepdims=True)
+    reflect = (below > 0) & (size > 0)
+    return jnp.where(reflect, v / jnp.where(reflect, size, 1), 0)
+
+
 def qr(a: Any, mode: str = "reduced") -> Any:
     """Q R = a with orthonormal Q and upper-triangular R, by Householder reflections (R's diagonal has LAPACK's
     signs: each reflection maps its column to -sign(a_jj) times its norm). `mode`: 'reduced' (Q (m, k), R (k, n),
@@ -197,15 +212,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
 
     def step(j, state):
         r, q = state
-        x = jnp.where(index >= j, _column(r, j), 0)
-        head = jnp.take(x, j, axis=-1)
-        length = jnp.sqrt(jnp.sum(x * x, axis=-1))
-        alpha = -jnp.where(head < 0, -1.0, 1.0).astype(a.dtype) * length
-        v = x - jnp.where(index == j, alpha[..., None], 0)
-        size = jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
-        below = jnp.sum(jnp.where(index > j, x * x, 0), axis=-1, keepdims=True)
-        reflect = (below > 0) & (size > 0)  # (nothing below the diagonal: no reflection, as LAPACK's dlarfg)
-        v = jnp.where(reflect, v / jnp.where(reflect, size, 1), 0)
+        v = householder(_column(r, j), j, index)
         r = r - 2 * v[..., :, None] * jnp.sum(v[..., :, None] * r, axis=-2, keepdims=True)
         q = q - 2 * jnp.sum(q * v[..., None, :], axis=-1, keepdims=True) * v[..., None, :]
         return r, q

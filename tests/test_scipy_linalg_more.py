@@ -100,3 +100,22 @@ def test_bad_arguments():
         fl.eigh(np.eye(2), np.eye(2))
     with pytest.raises(fnx.errors.ShapeError, match="square"):
         fl.expm(np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 9])
+def test_hessenberg_matches_scipy(device, n):
+    """LAPACK's reflection signs, so H and Q equal scipy's (float64, with x64 on), not only up to signs; float32
+    under jit, batched, and Q H Q^T = a."""
+    a = np.random.default_rng(n).standard_normal((n, n))
+    want_h, want_q = sl.hessenberg(a, calc_q=True)
+    with fnx.enable_x64():
+        h, q = fl.hessenberg(a, calc_q=True)
+        np.testing.assert_allclose(np.asarray(h), want_h, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(q), want_q, rtol=1e-10, atol=1e-12)
+        assert not np.tril(np.asarray(h), -2).any()  # exactly zero below the subdiagonal
+    a32 = a.astype(np.float32)
+    h32 = fnx.jit(fl.hessenberg)(a32)
+    np.testing.assert_allclose(np.asarray(h32), want_h, rtol=1e-4, atol=1e-4 * n)
+    batch = np.stack([a32, 2 * a32])
+    hb, qb = fnx.vmap(lambda m: fl.hessenberg(m, calc_q=True))(batch)
+    np.testing.assert_allclose(np.asarray(qb @ hb @ np.swapaxes(qb, -1, -2)), batch, rtol=1e-4, atol=1e-4 * n)

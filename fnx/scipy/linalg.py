@@ -16,12 +16,12 @@ from fnx import dtypes, lax
 from fnx import numpy as jnp
 from fnx import numpy_linalg
 from fnx.errors import ShapeError, at_user_line
-from fnx.numpy_linalg import _square, _triangular_solve, det, inv, lu_factor as _lu
+from fnx.numpy_linalg import _square, _triangular_solve, det, householder, inv, lu_factor as _lu
 from fnx.trace import Array, eager_op
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion", "det", "eigh", "expm",
-           "fiedler", "hadamard", "hankel", "helmert", "hilbert", "inv", "leslie", "lu", "lu_factor", "lu_solve",
-           "pascal", "polar", "qr", "solve", "solve_triangular", "svd", "toeplitz"]
+           "fiedler", "hadamard", "hankel", "helmert", "hessenberg", "hilbert", "inv", "leslie", "lu", "lu_factor",
+           "lu_solve", "pascal", "polar", "qr", "solve", "solve_triangular", "svd", "toeplitz"]
 
 
 @eager_op
@@ -343,3 +343,22 @@ def hadamard(n: int, dtype: Any = int) -> Array:
 def __getattr__(name: str):
     from fnx.jax_names import missing
     raise missing("fnx.scipy.linalg", name)
+
+
+@eager_op
+def hessenberg(a: Any, calc_q: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> Any:
+    """jax.scipy.linalg.hessenberg: H = Q^T a Q, zero below its first subdiagonal, by Householder reflections
+    with LAPACK's signs (dgehrd's), so H matches scipy's; `(H, Q)` with `calc_q`. Composed of fnx operations:
+    jit, vmap and grad follow."""
+    a = _square(a, "hessenberg")
+    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    n = a.shape[-1]
+    index = jnp.arange(n, dtype=jnp.int32)
+    h, q = a, jnp.broadcast_to(jnp.eye(n, dtype=a.dtype), a.shape)
+    for j in range(n - 2):  # (n is static: one reflection per column but the last two)
+        v = householder(h[..., :, j], j + 1, index)
+        h = h - 2 * v[..., :, None] * jnp.sum(v[..., :, None] * h, axis=-2, keepdims=True)  # from the left
+        h = h - 2 * jnp.sum(h * v[..., None, :], axis=-1, keepdims=True) * v[..., None, :]  # and the right
+        q = q - 2 * jnp.sum(q * v[..., None, :], axis=-1, keepdims=True) * v[..., None, :]
+    h = jnp.where(index[:, None] > index[None, :] + 1, 0, h)  # exact zeros below the subdiagonal
+    return (h, q) if calc_q else h
