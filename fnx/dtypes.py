@@ -1,8 +1,8 @@
 """Data types and type promotion for fnx.
 
-fnx supports 13 dtypes: ``bool_``, signed and unsigned integers of 8-64 bits,
-``float16``, ``bfloat16``, ``float32`` and ``float64``. Complex types are not
-supported.
+fnx supports 15 dtypes: ``bool_``, signed and unsigned integers of 8-64 bits,
+``float16``, ``bfloat16``, ``float32``, ``float64``, ``complex64`` and ``complex128`` (complex values are pairs of
+floats; docs/COMPLEX.md says how the compiler carries them).
 
 64-bit types follow JAX's ``jax_enable_x64`` flag (``fnx.config.update("jax_enable_x64", True)``, the
 ``JAX_ENABLE_X64`` / ``FNX_ENABLE_X64`` environment variables, or the ``fnx.enable_x64(True)`` context manager):
@@ -34,7 +34,7 @@ from fnx.config import config
 
 __all__ = [
     "DType", "DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "to_dtype", "from_numpy", "promote_types", "result_type",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "to_dtype", "from_numpy", "promote_types", "result_type",
     "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float", "x64_enabled", "enable_x64",
     "canonicalize", "requested",
 ]
@@ -47,7 +47,7 @@ class DType:
     Args:
       name: canonical name, e.g. ``"float32"``.
       itemsize: size of one element in bytes.
-      kind: ``'b'`` (bool), ``'i'`` (signed int), ``'u'`` (unsigned int) or ``'f'`` (float).
+      kind: ``'b'`` (bool), ``'i'`` (signed int), ``'u'`` (unsigned int), ``'f'`` (float) or ``'c'`` (complex).
     """
 
     name: str
@@ -71,6 +71,25 @@ class DType:
     @property
     def is_float(self) -> bool:
         return self.kind == "f"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "c"
+
+    @property
+    def is_inexact(self) -> bool:
+        """Floats and complex numbers: the values that carry derivatives."""
+        return self.kind in "fc"
+
+    @property
+    def is_64bit(self) -> bool:
+        """The types that exist only with x64 on (complex128 is two float64s; complex64 is not 64-bit)."""
+        return self.name in _NARROW
+
+    @property
+    def component(self) -> DType:
+        """The real type of a complex type's parts (complex64 -> float32); a real type's is itself."""
+        return _COMPONENT.get(self.name, self)
 
     @property
     def is_int(self) -> bool:
@@ -120,9 +139,19 @@ float16 = DType("float16", 2, "f")
 bfloat16 = DType("bfloat16", 2, "f")
 float32 = DType("float32", 4, "f")
 float64 = DType("float64", 8, "f")
+complex64 = DType("complex64", 8, "c")
+complex128 = DType("complex128", 16, "c")
 
 DTYPES: tuple[DType, ...] = (
-    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64,
+    complex128)
+_COMPONENT = {"complex64": float32, "complex128": float64}
+
+
+def complex_of(dtype: DType) -> DType:
+    """The complex type whose parts are `dtype`'s floats: float64 -> complex128, any other -> complex64."""
+    if dtype.is_complex: return dtype
+    return complex128 if dtype is float64 else complex64
 
 _x64_local = threading.local()  # `enable_x64(...)` blocks: a per-thread override of config.enable_x64
 
@@ -154,12 +183,17 @@ def default_float() -> DType:
     return float64 if x64_enabled() else float32
 
 
-_NARROW = {"int64": int32, "uint64": uint32, "float64": float32}
+def default_complex() -> DType:
+    """The dtype of Python complex numbers: complex128 with x64 on, else complex64."""
+    return complex128 if x64_enabled() else complex64
+
+
+_NARROW = {"int64": int32, "uint64": uint32, "float64": float32, "complex128": complex64}
 
 
 def canonicalize(dtype: DType) -> DType:
     """`dtype` as it exists now: its 32-bit type when it is 64-bit and x64 is off (JAX's canonicalize_dtype)."""
-    if dtype.itemsize != 8 or x64_enabled(): return dtype
+    if not dtype.is_64bit or x64_enabled(): return dtype
     return _NARROW[dtype.name]
 
 
@@ -234,7 +268,7 @@ def to_dtype(x: Any) -> DType:
     if x is float:
         return default_float()
     if x is complex:
-        raise TypeError("complex dtypes are not supported by fnx")
+        return default_complex()
     if isinstance(x, str):
         if x in _BY_NAME:
             return _BY_NAME[x]
@@ -248,18 +282,18 @@ def to_dtype(x: Any) -> DType:
 
 
 # ---------------------------------------------------------------------------
-# Type promotion lattice (JAX's, complex nodes removed). With x64 off, a result that no operand asked to be 64-bit
+# Type promotion lattice (JAX's). With x64 off, a result that no operand asked to be 64-bit
 # is narrowed to 32 bits afterwards (`_narrow`), as JAX canonicalizes it: uint32 with int32 joins at int64 on the
 # lattice and is int32 with x64 off.
 
 _CODE = {
     bool_: "b1", uint8: "u1", uint16: "u2", uint32: "u4", uint64: "u8", int8: "i1", int16: "i2", int32: "i4",
-    int64: "i8", bfloat16: "bf", float16: "f2", float32: "f4", float64: "f8"}
+    int64: "i8", bfloat16: "bf", float16: "f2", float32: "f4", float64: "f8", complex64: "c8", complex128: "c16"}
 _OF_CODE = {c: d for d, c in _CODE.items()}
 _EDGES = {
     "b1": ["i*"], "i*": ["u1", "i1"], "u1": ["u2", "i2"], "u2": ["u4", "i4"], "u4": ["u8", "i8"], "u8": ["f*"],
-    "i1": ["i2"], "i2": ["i4"], "i4": ["i8"], "i8": ["f*"], "f*": ["bf", "f2"], "bf": ["f4"], "f2": ["f4"],
-    "f4": ["f8"], "f8": []}
+    "i1": ["i2"], "i2": ["i4"], "i4": ["i8"], "i8": ["f*"], "f*": ["bf", "f2", "c*"], "bf": ["f4"], "f2": ["f4"],
+    "f4": ["f8", "c8"], "f8": ["c16"], "c*": ["c8"], "c8": ["c16"], "c16": []}
 
 
 def _upper_set(node: str) -> frozenset[str]:
@@ -280,7 +314,7 @@ def _join(a: str, b: str) -> str:
 
 def _node(dtype: DType, weak: bool) -> str:
     if weak and dtype.kind != "b":  # a weak bool is just a bool, as in JAX
-        return "f*" if dtype.is_float else "i*"
+        return "c*" if dtype.is_complex else "f*" if dtype.is_float else "i*"
     return _CODE[dtype]
 
 
@@ -309,7 +343,7 @@ def promote_types(a: Any, b: Any) -> DType:
     """
     da, db = to_dtype(a), to_dtype(b)
     j = _join(_CODE[da], _CODE[db])
-    wide = da.itemsize == 8 or db.itemsize == 8
+    wide = da.is_64bit or db.is_64bit
     return (float64 if wide else default_float()) if j == "f*" else _narrow(_OF_CODE[j], wide)
 
 
@@ -342,7 +376,7 @@ def canonicalize_scalar(x: Any) -> tuple[DType, bool]:
     if isinstance(x, float):
         return default_float(), True
     if isinstance(x, complex):
-        raise TypeError("complex scalars are not supported by fnx")
+        return default_complex(), True
     raise TypeError(f"Expected a Python or numpy scalar, got {x!r}")
 
 
@@ -386,9 +420,11 @@ def result_type(*operands: Any) -> tuple[DType, bool]:
     nodes = [_node(d, w) for d, w in ops]
     lub = functools.reduce(_join, nodes)
     # a 64-bit operand (weak or strong; with x64 off only fnx's own code makes one) keeps the x64 answer
-    wide = any(d.itemsize == 8 for d, _ in ops)
-    if lub not in ("i*", "f*"):
+    wide = any(d.is_64bit for d, _ in ops)
+    if lub not in ("i*", "f*", "c*"):
         return _narrow(_OF_CODE[lub], wide), False
+    if lub == "c*":
+        return (complex128 if wide else default_complex()), True
     if lub == "f*":
         return (float64 if wide else default_float()), True
     return (int64 if wide else default_int()), True
@@ -396,7 +432,7 @@ def result_type(*operands: Any) -> tuple[DType, bool]:
 
 def finfo(dtype: Any) -> Any:
     """Machine limits for a floating point dtype (``numpy.finfo``; ``ml_dtypes.finfo`` for bfloat16)."""
-    d = to_dtype(dtype)
+    d = to_dtype(dtype).component  # (a complex type's are its parts', as numpy's finfo)
     if not d.is_float:
         raise TypeError(f"finfo requires a floating point dtype, got {d}")
     return ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)

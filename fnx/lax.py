@@ -16,7 +16,7 @@ import numpy as np
 from fnx import dtypes, tree_util
 from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401  (jax.lax's control flow)
 from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
-from fnx.trace import (Array, alu, cast, eager_op, join, movement, negate, normalize_axes, promote, shape_str, state,
+from fnx.trace import (Array, alu, cast, complex_ufunc, eager_op, join, movement, negate, normalize_axes, promote, shape_str, state,
                        with_weak)
 from fnx.trace import constant_array, to_array  # noqa: F401  (public here too: fnx.lax.to_array)
 from fnx.uop import CollectiveArg, GroupOp, IotaArg, Ops, ReduceArg, ScatterArg, UOp
@@ -43,16 +43,26 @@ def _same_shapes(name: str, *xs: Array) -> None:
         raise ShapeError(at_user_line(f"{name}: operands must have equal shapes, got {shape_str(*xs)}"))
 
 
+_COMPLEX_UNARY = {Ops.RECIP: "reciprocal", Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+
+
 def _unary(op: Ops, x: Any, name: str, floats_only: bool = False) -> Array:
     a = to_array(x)
+    if a.uop.dtype.is_complex: return with_weak(complex_ufunc(_COMPLEX_UNARY.get(op, name))(a), a.weak_type)
     if floats_only and not a.uop.dtype.is_float:
         raise TypeError(at_user_line(f"{name} needs a floating-point operand, got {shape_str(a)}"))
     return alu(op, a, weak=a.weak_type)
 
 
+_COMPLEX_FORMS = {Ops.ADD: "add", Ops.MUL: "multiply", Ops.DIV: "divide", Ops.CMPNE: "not_equal"}
+
+
 def _binary(op: Ops, x: Any, y: Any, name: str) -> Array:
     a, b, weak = _binary_operands(x, y, name)
     _same_shapes(name, a, b)
+    if a.uop.dtype.is_complex:  # (computed on the parts: fnx/numpy_complex.py)
+        out = complex_ufunc(_COMPLEX_FORMS.get(op, name))(a, b)
+        return with_weak(out, weak and out.uop.dtype == a.uop.dtype)
     return alu(op, a, b, weak=weak and op not in GroupOp.Comparison)
 
 
@@ -415,7 +425,7 @@ def neg(x) -> Array:
     a = to_array(x)
     if a.uop.dtype.is_bool:
         raise TypeError(at_user_line(f"neg: cannot negate a bool array of shape {a.shape}; use logical_not"))
-    return negate(a)
+    return with_weak(complex_ufunc("negative")(a), a.weak_type) if a.uop.dtype.is_complex else negate(a)
 
 
 @eager_op
@@ -430,7 +440,7 @@ def sub(x, y) -> Array:
 def integer_pow(x, y: int) -> Array:
     """x ** y for a static Python int y, by repeated squaring (y < 0 takes the reciprocal; floats only)."""
     a, y = to_array(x), int(y)
-    if y < 0 and not a.uop.dtype.is_float:
+    if y < 0 and not a.uop.dtype.is_inexact:
         raise ValueError(at_user_line(f"integer_pow: integers to negative powers ({a.uop.dtype}{list(a.shape)} "
                                       f"** {y}) are not allowed"))
     result, base, n = None, a, builtins.abs(y)

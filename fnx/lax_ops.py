@@ -33,7 +33,7 @@ from fnx import dtypes, tree_util
 from fnx import lax as _lax
 from fnx.control_flow import scan
 from fnx.errors import ShapeError, UnsupportedError, at_user_line
-from fnx.trace import Array, cast, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
+from fnx.trace import Array, cast, complex_ufunc, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
 from fnx.transforms.custom import custom_jvp
 
 __all__ = [
@@ -103,12 +103,19 @@ def _operands(name: str, *xs: Any) -> tuple[list[Array], bool]:
     return [a if a.shape == shape else _lax._broadcast_scalar(a, shape) for a in arrays], weak
 
 
+# lax names whose complex forms are fnx.numpy's of another name (trace.COMPLEX_UFUNCS is keyed by those)
+_NP_NAMES = {"sub": "subtract", "mul": "multiply", "div": "divide", "eq": "equal", "ne": "not_equal", "neg": "negative",
+             "is_finite": "isfinite", "asin": "arcsin", "acos": "arccos", "atan": "arctan"}
+
+
 def _binary(name: str, compute: Callable, accepted: str | None, doc: str):
     """A strict binary lax op: `compute` on two operands of one dtype and shape; `accepted` limits the dtypes."""
     def fn(x, y):
         (a, b), weak = _operands(name, x, y)
-        if accepted is not None: _check_dtype(name, a, _accepts(a.uop.dtype, accepted), accepted)
-        out = compute(a, b)
+        if a.uop.dtype.is_complex: out = complex_ufunc(_NP_NAMES.get(name, name))(a, b)
+        else:
+            if accepted is not None: _check_dtype(name, a, _accepts(a.uop.dtype, accepted), accepted)
+            out = compute(a, b)
         return with_weak(out, weak and out.uop.dtype == a.uop.dtype)
     return _lax._export(fn, name, doc)
 
@@ -123,6 +130,8 @@ def _unary(name: str, compute: Callable, accepted: str, doc: str, wide: bool = F
     """A unary lax op: `compute` on an operand of an accepted dtype; `wide`: 16-bit floats compute in float32."""
     def fn(x):
         a = to_array(x)
+        if a.uop.dtype.is_complex:  # (computed on the parts: fnx/numpy_complex.py)
+            return with_weak(complex_ufunc(_NP_NAMES.get(name, name))(a), a.weak_type)
         _check_dtype(name, a, _accepts(a.uop.dtype, accepted), accepted)
         work = _convert(a, dtypes.float32) if wide and a.uop.dtype.is_float and a.uop.dtype.itemsize < 4 else a
         out = compute(work)

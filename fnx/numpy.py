@@ -424,7 +424,7 @@ def power(x1: Any, x2: Any) -> Array:
     integer arrays use square-and-multiply; floats use exp2(y*log2|x|) with numpy's sign/zero/inf rules."""
     if isinstance(x2, int) and not isinstance(x2, bool) and not is_python_scalar(x1):
         a = as_operand(x1, "power")
-        if not _dt(a).is_bool and (_dt(a).is_float or x2 >= 0): return lax.integer_pow(a, x2)
+        if not _dt(a).is_bool and (_dt(a).is_inexact or x2 >= 0): return lax.integer_pow(a, x2)
         if not _dt(a).is_bool:
             raise ValueError(at_user_line(f"power: integers to negative integer powers are not allowed "
                                           f"({shape_str(a)} ** {x2})"))
@@ -895,9 +895,11 @@ def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None =
     if size is not None or fill_value is not None:
         raise ValueError(at_user_line("where: size and fill_value are only for the one-argument form"))
     if x is None or y is None: raise ValueError(at_user_line("where: give either both x and y or neither"))
-    c = as_operand(condition, "where")
-    (c, x, y), weak = prepare("where", _as_bool(c), x, y)
-    return with_weak(lax.select(_as_bool(c), x, y), weak)
+    c = _as_bool(as_operand(condition, "where"))
+    (x, y), weak = prepare("where", x, y)
+    shape = broadcast_shapes(c.shape, x.shape, name="where")
+    c, x, y = (broadcast_array(a, shape, "where") for a in (c, x, y))
+    return with_weak(lax.select(c, x, y), weak)
 
 
 def _concrete(x: Any, name: str, error: type = ConcretizationError) -> np.ndarray:
@@ -1081,6 +1083,9 @@ def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int
     x = cast(x, work)
     axes = _reduce_axes(x, axis, "var")
     centered = x - mean(x, axis=axes, keepdims=True, where=where)
+    if work.is_complex:  # |x - mean|**2, real (numpy's and JAX's variance of complex values)
+        centered, dt = abs(centered), dt.component
+        work = dt if dt.itemsize >= 4 else dtypes.float32
     if where is None:
         n = _count(x, axes)
         return cast(sum(centered * centered, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0), dt)
@@ -1429,8 +1434,10 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
 
 @eager_op
 def vdot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
-    """Dot product of the flattened arrays."""
-    return dot(ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
+    """Dot product of the flattened arrays, the first conjugated (as numpy's)."""
+    x = as_operand(a, "vdot")
+    x = x.conj() if _dt(x).is_complex else x
+    return dot(ravel(x), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
 
 @eager_op
@@ -1568,6 +1575,7 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None,
 
 def _fill_default(dt: DType, fill_value: Any) -> Any:
     if fill_value is not None: return fill_value
+    if dt.is_complex: return complex(np.nan, np.nan)
     if dt.is_float: return np.nan
     return True if dt.is_bool else (dt.max if dt.is_unsigned else dt.min)
 

@@ -10,7 +10,7 @@ What is here (every name in `__all__` becomes `fnx.numpy.<name>`):
 - rearranging: roll rot90 fliplr flipud rollaxis permute_dims matrix_transpose resize delete insert trim_zeros;
 - diagonals: diag diagflat diagonal trace fill_diagonal;
 - selection: select choose compress extract place put put_along_axis argwhere flatnonzero;
-- dtype queries: can_cast issubdtype isdtype iscomplexobj isrealobj isscalar iterable and the abstract dtype
+- dtype queries: can_cast issubdtype isdtype isscalar iterable and the abstract dtype
   classes (generic, number, floating, ...) plus the aliases int_/uint/float_/double/single.
 
 Each function composes fnx.lax and the fnx.numpy functions defined before this module is imported, so it runs
@@ -57,7 +57,7 @@ __all__ = [
     # selection
     "select", "choose", "compress", "extract", "place", "put", "put_along_axis", "argwhere", "flatnonzero",
     # dtypes
-    "can_cast", "issubdtype", "isdtype", "iscomplexobj", "isrealobj", "isscalar", "iterable", "generic", "number",
+    "can_cast", "issubdtype", "isdtype", "isscalar", "iterable", "generic", "number",
     "inexact", "floating", "integer", "signedinteger", "unsignedinteger", "complexfloating", "character", "flexible",
     "object_", "int_", "uint", "float_", "double", "single",
     # mapped over axes, bits, printing and files
@@ -1197,17 +1197,6 @@ def can_cast(from_: Any, to: Any, casting: str = "safe") -> builtins.bool:
     if is_python_scalar(from_):
         raise TypeError(at_user_line(f"can_cast: does not support Python scalars ({from_!r}); pass a dtype or array"))
     return builtins.bool(np.can_cast(_np_dtype(from_), _np_dtype(to), casting))
-
-
-def iscomplexobj(x: Any) -> builtins.bool:
-    """Whether `x` has a complex dtype (never for fnx Arrays, which have no complex types)."""
-    if isinstance(x, Array): return False
-    return builtins.bool(np.iscomplexobj(x))
-
-
-def isrealobj(x: Any) -> builtins.bool:
-    """Whether `x` does not have a complex dtype."""
-    return not iscomplexobj(x)
 
 
 def isscalar(element: Any) -> builtins.bool:

@@ -23,7 +23,7 @@ from fnx import lax
 from fnx import numpy as jnp
 from fnx.control_flow import fori_loop
 from fnx.errors import ShapeError, at_user_line
-from fnx.trace import Array, eager_op
+from fnx.trace import Array, eager_op, refuse_complex
 from fnx.transforms.custom import custom_jvp
 
 __all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
@@ -582,7 +582,8 @@ def matrix_transpose(x: Any, /) -> Array:
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1, precision: Any = None) -> Array:
-    return jnp.sum(jnp.asarray(x1) * jnp.asarray(x2), axis=axis)
+    """sum(conj(x1) * x2) over `axis` (the conjugate of x1, as numpy's and JAX's)."""
+    return jnp.sum(jnp.conj(jnp.asarray(x1)) * jnp.asarray(x2), axis=axis)
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2, precision: Any = None) -> Array:
@@ -600,6 +601,7 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     """The vector p-norm over `axis` (None: all elements): ord 2 (default), 1, inf, -inf, 0 (the count of
     nonzeros) or any other real p."""
     x = jnp.asarray(x)
+    if jnp.iscomplexobj(x): x = jnp.abs(x)  # (a vector norm of z is that of |z|)
     if not jnp.issubdtype(x.dtype, jnp.floating): x = x.astype(jnp.float32)
     size = jnp.abs(x)
     if ord == 2: return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
@@ -622,6 +624,11 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     """numpy.linalg.norm: a vector norm over one axis (or of a 1-d array), a matrix norm over two axes (or of a
     2-d array), the 2-norm of all elements for axis None and ord None."""
     x = jnp.asarray(x)
+    if jnp.iscomplexobj(x):  # every norm of a complex array is that norm of |x| except the spectral ones
+        if ord in (2, -2, "nuc") and (x.ndim == 2 and axis is None or axis is not None and np.ndim(axis) == 1
+                                      and len(axis) == 2):
+            raise TypeError(at_user_line(f"norm: ord={ord!r} of complex matrices is not supported in fnx yet"))
+        x = jnp.abs(x)
     if not jnp.issubdtype(x.dtype, jnp.floating): x = x.astype(jnp.float32)
     if axis is None:
         if ord is None: return vector_norm(jnp.ravel(x) if not keepdims else x, axis=None, keepdims=keepdims)
@@ -644,6 +651,12 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     pick = jnp.max if ord in (1, np.inf) else jnp.min
     out = pick(sums, axis=kept, keepdims=True)
     return out if keepdims else jnp.squeeze(out, axis=(rows, cols))
+
+
+# real-only algorithms: a complex argument is a TypeError (the products and norms above take complex values)
+refuse_complex(globals(), [n for n in __all__ if n not in (
+    "cross", "diagonal", "matmul", "matrix_transpose", "multi_dot", "outer", "tensordot", "trace", "vecdot", "norm",
+    "vector_norm", "matrix_norm")], "fnx.numpy.linalg")
 
 
 def __getattr__(name: str):

@@ -126,6 +126,12 @@ def primitive(u: UOp, src: list[np.ndarray]) -> np.ndarray:
     if u.op is Ops.REDUCE: return _reduce(u.arg.op, src[0], u.arg.axes)
     if u.op is Ops.CAST: return cast(src[0], u.dtype)
     if u.op is Ops.BITCAST: return src[0].view(u.dtype.np)
+    if u.op is Ops.REAL: return np.real(src[0]).astype(u.dtype.np)
+    if u.op is Ops.IMAG: return np.imag(src[0]).astype(u.dtype.np)
+    if u.op is Ops.COMPLEX:
+        out = np.empty(u.shape, u.dtype.np)
+        out.real, out.imag = src[0], src[1]
+        return out
     if u.op in UNARY: return UNARY[u.op](src[0])
     if u.op in GroupOp.Binary: return binary(u.op, src[0], src[1])
     if u.op is Ops.WHERE: return np.where(src[0], src[1], src[2])

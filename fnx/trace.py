@@ -20,6 +20,7 @@ import itertools
 import math
 import operator
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -287,8 +288,10 @@ class Array:
         return astype(self, dtype, copy=copy, device=device)
 
     def copy(self) -> Array: return self  # arrays are immutable: a copy is the array itself
-    def conj(self) -> Array: return self  # (fnx has no complex dtypes)
-    real = property(lambda self: self)
+    def conj(self) -> Array: return eager_op(conjugate)(self) if self._dtype.is_complex else self
+    conjugate = conj
+    real = property(lambda self: eager_op(real_part)(self) if self._dtype.is_complex else self)
+    imag = property(lambda self: eager_op(imag_part)(self))
 
     # The part of the numpy API that is numpy algorithms (indexing, floor division, powers, matmul, reductions,
     # shapes): fnx.numpy installs exactly these names with `install_numpy_methods` when it is imported.
@@ -589,7 +592,7 @@ def to_array(x: Any, dtype: DType | None = None) -> Array:
     weakly typed constants, numpy values keep their dtype (fnx.lax's conversion; fnx.numpy's is `as_operand`)."""
     if isinstance(x, Array):
         return x if dtype is None or x.uop.dtype == dtype else cast(x, dtype)
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         scalar_dtype, weak = dtypes.canonicalize_scalar(x)
         return Array(UOp.const(dtype or scalar_dtype, x), weak and dtype is None)
     if isinstance(x, (np.ndarray, np.generic)) or hasattr(x, "__array__"):
@@ -629,6 +632,7 @@ def _canonical_host(value: np.ndarray) -> np.ndarray:
     """Python lists and scalars in the default dtypes (float32 / int32, or float64 / int64 with x64 on), as in JAX;
     an int that does not fit is an OverflowError, as in JAX."""
     if value.dtype == np.float64: return value.astype(dtypes.default_float().np)
+    if value.dtype == np.complex128: return value.astype(dtypes.default_complex().np)
     if value.dtype == np.int64 and not dtypes.x64_enabled():
         if value.size and (value.min() < -2**31 or value.max() >= 2**31):
             big = value.max() if value.max() >= 2**31 else value.min()
@@ -695,6 +699,7 @@ def cast(a: Array, dtype: DType) -> Array:
     """`a` converted to `dtype` (float -> int truncates toward zero, anything -> bool is x != 0), or `a` itself when
     it has that dtype. Casts of constants fold here, so weak scalars promote without a kernel."""
     if a.uop.dtype == dtype: return a
+    if a.uop.dtype.is_complex != dtype.is_complex: return _cast_complex(a, dtype)
     if a.uop.op is Ops.CONST:
         value = a.uop.arg.value
         if dtype.is_bool: value = value != 0
@@ -704,10 +709,51 @@ def cast(a: Array, dtype: DType) -> Array:
     return Array(UOp(Ops.CAST, dtype, (a.uop,)))
 
 
+def _cast_complex(a: Array, dtype: DType) -> Array:
+    """A cast between real and complex: a real value is the real part (the imaginary part 0); a complex value
+    casts to bool as z != 0 and to any other real type through its real part, with numpy's ComplexWarning."""
+    if dtype.is_complex:
+        re = cast(a, dtype.component)
+        return make_complex(re, Array(UOp.const(dtype.component, 0.0, a.shape)))
+    re, im = real_part(a), imag_part(a)
+    if dtype.is_bool: return alu(Ops.OR, alu(Ops.CMPNE, re, _filled(re, 0)), alu(Ops.CMPNE, im, _filled(im, 0)))
+    warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
+                  stacklevel=3)
+    return cast(re, dtype)
+
+
+def make_complex(re: Array, im: Array) -> Array:
+    """The complex array re + i im from two float arrays of one shape and dtype (COMPLEX)."""
+    return Array(UOp(Ops.COMPLEX, dtypes.complex_of(re.uop.dtype), (re.uop, im.uop)))
+
+
+def real_part(z: Array) -> Array:
+    """The real part of a complex array (REAL; the operand of a COMPLEX without a node); a real array itself."""
+    u = z.uop
+    if not u.dtype.is_complex: return z
+    if u.op is Ops.COMPLEX: return Array(u.src[0])
+    if u.op is Ops.CONST: return Array(UOp.const(u.dtype.component, u.arg.value.real, u.shape))
+    return Array(UOp(Ops.REAL, u.dtype.component, (u,)))
+
+
+def imag_part(z: Array) -> Array:
+    """The imaginary part of a complex array (IMAG); zeros of its dtype for a real array."""
+    u = z.uop
+    if not u.dtype.is_complex: return Array(UOp.const(u.dtype, 0, u.shape))
+    if u.op is Ops.COMPLEX: return Array(u.src[1])
+    if u.op is Ops.CONST: return Array(UOp.const(u.dtype.component, u.arg.value.imag, u.shape))
+    return Array(UOp(Ops.IMAG, u.dtype.component, (u,)))
+
+
+def conjugate(z: Array) -> Array:
+    """The complex conjugate of a complex array."""
+    return make_complex(real_part(z), negate(imag_part(z)))
+
+
 def inexact_dtype(dtype: DType) -> DType:
     """The float dtype an operation that needs floats computes in: float64 for 64-bit integers, float32 for the
-    others (with x64 on too, as JAX's)."""
-    if dtype.is_float: return dtype
+    others (with x64 on too, as JAX's); complex types stay."""
+    if dtype.is_inexact: return dtype
     return dtypes.float64 if dtype.itemsize == 8 else dtypes.float32
 
 
@@ -841,12 +887,49 @@ def elementwise(name: str, compute: Callable, to_float: bool = False, numeric: b
     dtype; eager outside a trace. The result is weakly typed when the promotion was and `compute` kept the dtype."""
     def fn(*args):
         arrays, weak = prepare(name, *args, to_float=to_float, numeric=numeric)
+        if arrays and arrays[0].uop.dtype.is_complex:
+            out = complex_ufunc(name)(*arrays)
+            return with_weak(out, weak and out.uop.dtype == arrays[0].uop.dtype)
         out = compute(*arrays)
         return with_weak(out, weak and out.uop.dtype == arrays[0].uop.dtype)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"Elementwise {name} with numpy broadcasting and JAX type promotion. Returns an Array."
     fn.__signature__ = _ufunc_signature(compute)
     return eager_op(fn)
+
+
+def refuse_complex(namespace: dict, names: Sequence[str], module: str) -> None:
+    """Wrap each function `namespace[name]` so that a complex argument (an Array, numpy array or Python scalar)
+    is a TypeError naming `module.name`: for the functions whose algorithms are real-only (fnx's linear algebra),
+    which would otherwise cast a complex input to floats and drop its imaginary part."""
+    for name in names:
+        fn = namespace[name]
+
+        def guarded(*args, _fn=fn, _name=name, **kwargs):
+            if any(_is_complex_value(x) for x in itertools.chain(args, kwargs.values())):
+                raise TypeError(at_user_line(f"{module}.{_name} does not support complex arrays in fnx yet"))
+            return _fn(*args, **kwargs)
+        namespace[name] = functools.wraps(fn)(guarded)
+
+
+def _is_complex_value(x: Any) -> bool:
+    if isinstance(x, Array): return x._dtype.is_complex
+    if isinstance(x, (np.ndarray, np.generic)): return x.dtype.kind == "c"
+    return isinstance(x, complex)
+
+
+# the complex forms of the elementwise functions, by name: fnx/numpy_complex.py fills it
+COMPLEX_UFUNCS: dict[str, Callable] = {}
+
+
+def complex_ufunc(name: str) -> Callable:
+    """The complex form of elementwise function `name`; a TypeError naming it when it has none (as JAX's for
+    `less` and the other functions that are not defined on complex numbers)."""
+    rule = COMPLEX_UFUNCS.get(name)
+    if rule is None:
+        raise TypeError(at_user_line(f"{name} does not accept complex arguments in fnx (it is not defined on complex "
+                                     "numbers, or fnx has no complex form of it yet)"))
+    return rule
 
 
 def _ufunc_signature(compute: Callable) -> inspect.Signature | None:
@@ -863,7 +946,7 @@ def _ufunc_signature(compute: Callable) -> inspect.Signature | None:
     return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
 
 
-_ARRAY_LIKE = (Array, np.ndarray, np.generic, bool, int, float, list, tuple)
+_ARRAY_LIKE = (Array, np.ndarray, np.generic, bool, int, float, complex, list, tuple)
 
 
 def apply_operator(fn: Callable, x: Any, y: Any) -> Any:

@@ -45,6 +45,9 @@ class Ops(enum.Enum):
     CONTIGUOUS = enum.auto(); DETACH = enum.auto(); COPY = enum.auto()  # noqa: E702
     # collectives over a named (vmapped) axis: arg = CollectiveArg(kind, axis_name, size, axis, perm, split_axis)
     COLLECTIVE = enum.auto()
+    # complex numbers: COMPLEX(re, im) builds one from two floats, REAL/IMAG take its parts (docs/COMPLEX.md); the
+    # compiler sees complex values only in these, in movement ops, ADD, REDUCE(ADD), WHERE, CAST and markers
+    COMPLEX = enum.auto(); REAL = enum.auto(); IMAG = enum.auto()  # noqa: E702
     # lowering only: never seen by transforms
     RANGE = enum.auto(); LOAD = enum.auto(); STORE = enum.auto(); ACC = enum.auto()  # noqa: E702
     ENDRANGE = enum.auto(); SINK = enum.auto()  # noqa: E702
@@ -66,9 +69,13 @@ class GroupOp:
     Control = {Ops.COND, Ops.WHILE, Ops.SCAN}
     Marker = {Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY}
     Lowering = {Ops.RANGE, Ops.LOAD, Ops.STORE, Ops.ACC, Ops.ENDRANGE, Ops.SINK}
+    Complex = {Ops.COMPLEX, Ops.REAL, Ops.IMAG}
+    # the ops that may take or give complex values (every other one is on real types)
+    ComplexSafe = Movement | Complex | Marker | {Ops.ADD, Ops.WHERE, Ops.CAST, Ops.REDUCE, Ops.INDEX, Ops.CONST,
+                                                 Ops.BUFFER, Ops.PARAM, Ops.COLLECTIVE}
     # the frontend primitives: every transform has exactly one rule for each of these
     Primitives = Source | Movement | {Ops.INDEX, Ops.REDUCE, Ops.SCATTER, Ops.COLLECTIVE} | ALU | Call | Control \
-        | Marker
+        | Marker | Complex
 
 
 Shape = tuple[int, ...]
@@ -303,13 +310,14 @@ def scalar_of(value: Any, dtype: DType) -> bool | int | float:
     """A Python scalar holding `value` as `dtype` holds it (integers wrap as two's complement, like numpy)."""
     if dtype.is_bool: return bool(value)
     if dtype.is_float: return float(value)
+    if dtype.is_complex: return complex(value)
     bits, v = 8 * dtype.itemsize, int(value)
     v &= (1 << bits) - 1
     return v - (1 << bits) if not dtype.is_unsigned and v >= 1 << (bits - 1) else v
 
 
 def _bounds(u: UOp) -> tuple[int | float, int | float]:
-    if u.dtype.is_float: return (-math.inf, math.inf)
+    if u.dtype.is_inexact: return (-math.inf, math.inf)
     lo, hi = (u.dtype.min, u.dtype.max) if not u.dtype.is_bool else (0, 1)
     out = _int_bounds(u)
     # a result that can leave the dtype's range wraps around: then nothing narrower than the range is known
@@ -381,11 +389,27 @@ def _infer_shape(u: UOp) -> Shape | None:
     if op is Ops.REDUCE:
         reduce_op, axes = arg.op, arg.axes
         if reduce_op not in (Ops.ADD, Ops.MAX, Ops.MUL): raise _fail(op, f"cannot reduce with {reduce_op}", x)
+        if x.dtype.is_complex and reduce_op is not Ops.ADD: raise _fail(op, f"cannot reduce complex with {reduce_op}", x)
         _check_axes(op, axes, x.ndim, x)
         return tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     if op in GroupOp.ALU: return _alu_shape(u)
     if op in GroupOp.Marker: return x.shape
+    if op in GroupOp.Complex: return _complex_shape(u)
     raise _fail(op, "no shape rule for this op", *src)
+
+
+def _complex_shape(u: UOp) -> Shape:
+    op, src = u.op, u.src
+    if op is Ops.COMPLEX:
+        re, im = src
+        if re.shape != im.shape or not re.dtype.is_float or im.dtype != re.dtype or u.dtype.component != re.dtype \
+                or not u.dtype.is_complex:
+            raise _fail(op, f"needs two floats of one shape and dtype, giving the complex type of theirs ({u.dtype})",
+                        *src)
+        return re.shape
+    if not src[0].dtype.is_complex or u.dtype != src[0].dtype.component:
+        raise _fail(op, f"needs a complex operand and gives its parts' type ({u.dtype})", *src)
+    return src[0].shape
 
 
 def _collective_shape(op: Ops, src: tuple[UOp, ...], arg: CollectiveArg) -> Shape:
@@ -431,9 +455,15 @@ def _alu_shape(u: UOp) -> Shape:
     op, src = u.op, u.src
     if any(s.shape != src[0].shape for s in src):
         raise _fail(op, "elementwise operands must have equal shapes (broadcast first)", *src)
+    if op not in GroupOp.ComplexSafe and any(s.dtype.is_complex for s in (u, *src)):
+        raise _fail(op, "is not defined on complex values (fnx computes them on their real and imaginary parts)",
+                    *src)
     if op is Ops.WHERE:
         if not src[0].dtype.is_bool or src[1].dtype != src[2].dtype or u.dtype != src[1].dtype:
             raise _fail(op, "needs a bool condition and two branches of the result's dtype", *src)
+    elif op is Ops.CAST:
+        if u.dtype.is_complex != src[0].dtype.is_complex:
+            raise _fail(op, f"cannot cast between real and complex ({u.dtype}): use COMPLEX / REAL", *src)
     elif op is Ops.BITCAST:
         if u.dtype.itemsize != src[0].dtype.itemsize: raise _fail(op, f"cannot bitcast to {u.dtype}", *src)
     elif op is not Ops.CAST:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fnx import dtypes, events
 from fnx.debug.printing import format_function
+from fnx.lower.complex import complex_buffers, split_complex
 from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
@@ -167,9 +168,11 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict) -> Lowering:
     clock = time.perf_counter()
     origins: dict[UOp, str] = {}
     fn = callify(fn, origins)
+    fn, complex_inputs, complex_outputs = split_complex(fn)  # (the kernels compute on float pairs)
     split["callify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
         schedule = rangeify(fn)
+    complex_buffers(schedule, complex_inputs, complex_outputs)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
     for i, kernel in enumerate(schedule.kernels):

@@ -17,7 +17,7 @@ from fnx import numpy as jnp
 from fnx import numpy_linalg
 from fnx.errors import ShapeError, at_user_line
 from fnx.numpy_linalg import _square, _triangular_solve, det, householder, inv, lu_factor as _lu
-from fnx.trace import Array, eager_op
+from fnx.trace import Array, eager_op, refuse_complex
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion", "det", "eigh", "expm",
            "fiedler", "hadamard", "hankel", "helmert", "hessenberg", "hilbert", "inv", "leslie", "lu", "lu_factor",
@@ -362,3 +362,9 @@ def hessenberg(a: Any, calc_q: bool = False, overwrite_a: bool = False, check_fi
         q = q - 2 * jnp.sum(q * v[..., None, :], axis=-1, keepdims=True) * v[..., None, :]
     h = jnp.where(index[:, None] > index[None, :] + 1, 0, h)  # exact zeros below the subdiagonal
     return (h, q) if calc_q else h
+
+
+# real-only algorithms: a complex argument is a TypeError (the constructors of special matrices take any values)
+refuse_complex(globals(), ["cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "hessenberg", "inv", "lu",
+                           "lu_factor", "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd"],
+               "fnx.scipy.linalg")

@@ -111,7 +111,7 @@ class _Partitioner:
         if op in (Ops.CONST, Ops.IOTA): return u, replicated
         if op is Ops.PARAM:
             raise UnsupportedError(f"a sharded computation reads PARAM {u.arg} of an enclosing body")
-        if op in GroupOp.ALU: return self.elementwise(u)
+        if op in GroupOp.ALU or op in GroupOp.Complex: return self.elementwise(u)
         if op is Ops.REDUCE: return self.reduce(u)
         if op is Ops.RESHAPE: return self.reshape(u)
         if op is Ops.PERMUTE:
@@ -284,7 +284,7 @@ class _Partitioner:
         shape, op = self.local_shape(u.shape, to), u.op
         if op is Ops.CONST: return UOp(Ops.CONST, u.dtype, (), ConstArg(u.arg.value, shape))
         if op is Ops.IOTA: return UOp(Ops.IOTA, u.dtype, (), IotaArg(shape, u.arg.axis)) if not to[u.arg.axis] else None
-        if op in GroupOp.ALU:
+        if op in GroupOp.ALU or op in GroupOp.Complex:
             srcs = [self._local_of(s, to) for s in u.src]
             return None if any(x is None for x in srcs) else UOp(op, u.dtype, tuple(srcs), u.arg)
         src = u.src[0] if u.src else None

@@ -74,7 +74,7 @@ def float_argnums(argnums: int | Sequence[int], args: tuple, name: str, allow_in
     for n in nums if not allow_int else ():
         for leaf in tree_util.tree_leaves(args[n]):
             dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
-            if not dt.is_float:
+            if not dt.is_inexact:
                 raise TypeError(at_user_line(f"{name} requires real-valued (float) inputs, but argument {n} has "
                                              f"dtype {dt}; use jnp.float32 inputs or exclude it with argnums"))
     return nums

@@ -52,7 +52,7 @@ def cond_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
     tag = fresh_tag()
     pred, values, tans = ops[0], ops[1:], tangents[1:]
     n, k = len(values), len(node.src[0].src)
-    has_t = [t is not None and v.dtype.is_float for t, v in zip(tans, values)]
+    has_t = [t is not None and v.dtype.is_inexact for t, v in zip(tans, values)]
     t_ops = [t.uop for t, h in zip(tans, has_t) if h]
 
     def jvp_body(body: UOp) -> UOp:
@@ -70,7 +70,7 @@ def while_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], for
     ops = list(node.operands)
     tag = fresh_tag()
     n = len(ops)
-    has_t = [v.dtype.is_float for v in ops]
+    has_t = [v.dtype.is_inexact for v in ops]
     t_init = [t.uop if t is not None else _zeros(v) for t, v, h in zip(tangents, ops, has_t) if h]
     m = len(t_init)
     outs, params = _rebind(node, node.src[0], ops, list(range(n)), tag)
@@ -91,7 +91,7 @@ def scan_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
     groups = [ops[:nc], ops[nc:nc + nx], ops[nc + nx:]]
     tgroups = [tangents[:nc], tangents[nc:nc + nx], tangents[nc + nx:]]
     # new operand layout: carry, tangent carry, xs, tangent xs, free, tangent free (tangents of floats only)
-    t_of = [[(t.uop if t is not None else _zeros(v)) for t, v in zip(ts, vs) if v.dtype.is_float]
+    t_of = [[(t.uop if t is not None else _zeros(v)) for t, v in zip(ts, vs) if v.dtype.is_inexact]
             for ts, vs in zip(tgroups, groups)]
     body = node.src[0]
     slot, primal_slots, tangent_slots = 0, [], []
@@ -102,14 +102,14 @@ def scan_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
         slot += len(ts)
     step_ops = ops[:nc] + [_slice_aval(x) for x in ops[nc:nc + nx]] + ops[nc + nx:]
     outs, params = _rebind(node, body, step_ops, primal_slots, tag)
-    float_params = [p for p in params if p.dtype.is_float]
+    float_params = [p for p in params if p.dtype.is_inexact]
     step_t = [_slice_aval(t) if group == 1 else t for group, ts in enumerate(t_of) for t in ts]  # xs: one step
     t_params = [param(t, s, tag) for t, s in zip(step_t, [s for group in tangent_slots for s in group])]
     touts = forward(outs, float_params, [Array(t) for t in t_params])
     touts = [t.uop if t is not None else _zeros(o) for t, o in zip(touts, outs)]
-    c_float = [i for i in range(nc) if outs[i].dtype.is_float]
+    c_float = [i for i in range(nc) if outs[i].dtype.is_inexact]
     new_body = tuple_of(outs[:nc] + [touts[i] for i in c_float] + outs[nc:] + [t for t, o in zip(touts[nc:], outs[nc:])
-                                                                          if o.dtype.is_float])
+                                                                          if o.dtype.is_inexact])
     new_ops = groups[0] + t_of[0] + groups[1] + t_of[1] + groups[2] + t_of[2]
     new = UOp(Ops.SCAN, dtypes.bool_, (new_body, *new_ops),
               node.arg._replace(tag=tag, ncarry=nc + len(c_float), nxs=nx + len(t_of[1])))
@@ -119,7 +119,7 @@ def scan_jvp(node: UOp, primals: list[Array], tangents: list[Array | None], forw
     ny = len(outs) - nc
     y_tan = iter(res[nc + len(c_float) + ny:])
     return ([Array(next(tcarry)) if i in c_float else None for i in range(nc)]
-            + [Array(next(y_tan)) if outs[nc + j].dtype.is_float else None for j in range(ny)])
+            + [Array(next(y_tan)) if outs[nc + j].dtype.is_inexact else None for j in range(ny)])
 
 
 def _slice_aval(x: UOp) -> UOp:
@@ -141,12 +141,12 @@ def cond_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
     def vjp_body(body: UOp) -> UOp:
         outs, params = _rebind(node, body, values, list(range(n)), tag)
         ct_params = [param(o, n + i, tag) for i, o in enumerate(outs)]
-        grads = backward(outs, [Array(c) if o.dtype.is_float else None for c, o in zip(ct_params, outs)], params)
+        grads = backward(outs, [Array(c) if o.dtype.is_inexact else None for c, o in zip(ct_params, outs)], params)
         return tuple_of([g.uop if g is not None else _zeros(p) for g, p in zip(grads, params)])
     new = UOp(Ops.COND, dtypes.bool_, (vjp_body(node.src[0]), vjp_body(node.src[1]), pred, *values, *ct_ops),
               ControlArg(tag))
     grads = _outputs(new, n)
-    return [None] + [Array(g) if v.dtype.is_float else None for g, v in zip(grads, values)]
+    return [None] + [Array(g) if v.dtype.is_inexact else None for g, v in zip(grads, values)]
 
 
 def while_vjp(cts: list[Array | None], node: UOp, *operands: Array) -> list[Array | None]:
@@ -187,16 +187,16 @@ def scan_vjp(cts: list[Array | None], node: UOp, *operands: Array, backward: Cal
     step_outs, step_params = _rebind(node, body, p_saved + p_x + p_free, list(range(len(step_ops))), tag)
     mapping = {sp: p for sp, p in zip(step_params, p_saved + p_x + p_free)}
     step_outs = [substitute(o, mapping) for o in step_outs]
-    out_cts = [Array(c) if o.dtype.is_float else None for c, o in zip(p_ct + p_cty, step_outs)]
+    out_cts = [Array(c) if o.dtype.is_inexact else None for c, o in zip(p_ct + p_cty, step_outs)]
     grads = backward(step_outs, out_cts, p_saved + p_x + p_free)
     g = [gr.uop if gr is not None else _zeros(p) for gr, p in zip(grads, p_saved + p_x + p_free)]
     g_carry, g_x, g_free = g[:nc], g[nc:nc + nx], g[nc + nx:]
-    new_acc = [UOp(Ops.ADD, a.dtype, (a, gf)) if a.dtype.is_float else a for a, gf in zip(p_acc, g_free)]
+    new_acc = [UOp(Ops.ADD, a.dtype, (a, gf)) if a.dtype.is_inexact else a for a, gf in zip(p_acc, g_free)]
     b_body = tuple_of(g_carry + new_acc + g_x)
     back = UOp(Ops.SCAN, dtypes.bool_, (b_body, *b_carry, *b_xs, *free),
                ScanArg(tag, ncarry=nc + nf, length=length, reverse=not reverse, nxs=len(b_xs)))
     res = _outputs(back, nc + nf + nx)
     grads_carry, grads_free, grads_xs = res[:nc], res[nc:nc + nf], res[nc + nf:]
-    wrap = lambda u, v: Array(u) if v.dtype.is_float else None  # noqa: E731
+    wrap = lambda u, v: Array(u) if v.dtype.is_inexact else None  # noqa: E731
     return [wrap(u, v) for u, v in zip(grads_carry + grads_xs + grads_free, carry + xs + free)]
 

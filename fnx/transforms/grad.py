@@ -26,7 +26,7 @@ import fnx.numpy as jnp
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array, building, inline, trace
+from fnx.trace import Array, building, imag_part, inline, make_complex, real_part, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_vjp, scan_vjp, while_vjp
@@ -44,7 +44,7 @@ def _depends(outs: list[UOp], wrt: list[UOp]) -> set[UOp]:
         if u in live: continue
         if tuple_valued(u):
             if any(s in live for s in u.operands): live.add(u)
-        elif u.dtype.is_float and any(s in live for s in u.src):
+        elif u.dtype.is_inexact and any(s in live for s in u.src):
             live.add(u)
     return live
 
@@ -83,7 +83,7 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
     rule, body, args = call.arg, call.src[0], list(call.operands)
     outs = list(body.src)
     shapes = getattr(rule, "out_shapes", None) or [o.shape for o in outs]  # (a shard_map's body is per shard)
-    cts = [c if c is not None or not o.dtype.is_float else lax.full(shape, 0, o.dtype)
+    cts = [c if c is not None or not o.dtype.is_inexact else lax.full(shape, 0, o.dtype)
            for c, o, shape in zip(cts, outs, shapes)]
     if rule.kind == "shard_map": return shard_map_vjp(cts, call, list(operands), backward)
     if rule.kind == "vjp":
@@ -97,7 +97,7 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
                     for i, a in enumerate(args)]
         _, tangent_outs = rule.apply_jvp(list(operands), [Array(t) for t in tangents])
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
-        return [g if a.dtype.is_float else None for g, a in zip(grads, args)]
+        return [g if a.dtype.is_inexact else None for g, a in zip(grads, args)]
     # checkpoint: recompute the body from its arguments, kept apart from the forward pass by CONTIGUOUS
     params = body_params(call)  # by slot; an argument the body never reads has none (and no cotangent)
     grads = dict(zip(params, backward(outs, cts, list(params.values()))))
@@ -144,7 +144,7 @@ def _weak_as(gradient: Array, primal: Any) -> Any:
     """A gradient carries its primal's weak type, as in JAX (grad of a Python float is weak); an integer or bool
     primal's gradient (grad's allow_int=True) is JAX's float0 zeros, a numpy array of that empty dtype."""
     dt = dtypes.to_dtype(primal.dtype) if hasattr(primal, "dtype") else dtypes.canonicalize_scalar(primal)[0]
-    if not dt.is_float: return np.zeros(np.shape(primal), dtypes.float0)
+    if not dt.is_inexact: return np.zeros(np.shape(primal), dtypes.float0)
     weak = primal.weak_type if isinstance(primal, Array) else type(primal) is float
     return gradient if gradient.weak_type == weak else Array(gradient.uop, weak)
 
@@ -189,7 +189,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
                 c = lax.to_array(ct)
                 if c.shape != o.shape:
                     raise TypeError(at_user_line(f"vjp: cotangent of shape {c.shape} for an output of shape {o.shape}"))
-                cts.append(lax.convert_element_type(c, o.dtype) if o.dtype.is_float else None)
+                cts.append(lax.convert_element_type(c, o.dtype) if o.dtype.is_inexact else None)
             grads = backward(body_outs[:n_out], cts, params)
             grads = [g if g is not None else lax.full(p.shape, 0, p.dtype) for g, p in zip(grads, params)]
             grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves)]
@@ -206,10 +206,20 @@ def _split_aux(out_tree) -> tuple:
     return children[0], children[1], children[0].num_leaves
 
 
+def _complex_inputs(args: tuple) -> None:
+    """grad(holomorphic=True) differentiates with respect to complex inputs only (JAX's TypeError otherwise)."""
+    for leaf in tree_util.tree_leaves(args):
+        dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
+        if not dt.is_complex:
+            raise TypeError(at_user_line(f"grad with holomorphic=True requires inputs with complex dtype, but got "
+                                         f"{dt}"))
+
+
 def unsupported_options(name: str, holomorphic: bool, allow_int: bool = False) -> None:
     """JAX's grad/jacobian options fnx cannot honour yet, refused with the reason (False is JAX's default)."""
     if holomorphic:
-        raise NotImplementedError(f"{name}(holomorphic=True): fnx has no complex numbers yet")
+        raise NotImplementedError(f"{name}(holomorphic=True) is not implemented in fnx yet (grad and value_and_grad "
+                                  "take it)")
     if allow_int:
         raise NotImplementedError(f"{name}(allow_int=True): fnx gives float0 gradients for integer inputs in grad "
                                   "and value_and_grad only; exclude integer arguments with argnums")
@@ -227,19 +237,25 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
       >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
       (Array(5., dtype=float32), Array([0., 2., 4.], dtype=float32))
     """
-    unsupported_options("grad", holomorphic)
-
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "grad", allow_int)
+        if holomorphic: _complex_inputs(tuple(args[n] for n in nums))
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
         value = out
         leaves = tree_util.tree_leaves(value)
-        if len(leaves) != 1 or np.shape(leaves[0]) != () or not dtypes.to_dtype(leaves[0].dtype).is_float:
+        if len(leaves) != 1 or np.shape(leaves[0]) != () or not dtypes.to_dtype(leaves[0].dtype).is_inexact:
             shapes = [tuple(np.shape(v)) for v in leaves]
             raise TypeError(at_user_line(f"grad requires a scalar float output, got outputs of shape {shapes}; "
                                          "use jacrev or vjp for non-scalar outputs"))
+        out_dtype = dtypes.to_dtype(leaves[0].dtype)
+        if out_dtype.is_complex != holomorphic:
+            raise TypeError(at_user_line(
+                f"grad with holomorphic=True requires a complex output, got {out_dtype}" if holomorphic else
+                f"grad requires real-valued outputs (a floating dtype), but got {out_dtype}. For holomorphic "
+                "differentiation, pass holomorphic=True; for the gradient of a non-holomorphic function, take "
+                "the real (or imaginary) part of its output, as in JAX"))
         grads = pullback(tree_util.tree_unflatten(tree_util.tree_structure(value), [lax.full((), 1.0, dtypes.to_dtype(
             leaves[0].dtype))]))
         grads = tree_util.tree_map(_weak_as, tuple(grads), tuple(args[n] for n in nums))
@@ -309,7 +325,7 @@ def _unbroadcast_sum(g: Array, x: UOp) -> Array:
 
 
 def _float(x: Array) -> bool:
-    return x.uop.dtype.is_float
+    return x.uop.dtype.is_inexact
 
 
 def _max_vjp(g: Array, u: UOp, x: Array, y: Array) -> tuple:
@@ -355,7 +371,7 @@ def _scatter_vjp(g: Array, u: UOp, x: Array, idx: Array, upd: Array) -> tuple:
 
 
 def _cast_vjp(g: Array, u: UOp, x: Array) -> tuple:
-    return (lax.convert_element_type(g, x.uop.dtype) if _float(x) and u.dtype.is_float else None,)
+    return (lax.convert_element_type(g, x.uop.dtype) if _float(x) and u.dtype.is_inexact else None,)
 
 
 def _movement_vjp(g: Array, u: UOp, x: Array) -> tuple:
@@ -371,7 +387,7 @@ def _movement_vjp(g: Array, u: UOp, x: Array) -> tuple:
 def _floats(rule: Callable) -> Callable:
     """A rule that applies only when the node is floating point (integer values carry no cotangent)."""
     def wrapped(g, u, *srcs):
-        return rule(g, u, *srcs) if u.dtype.is_float else tuple(None for _ in srcs)
+        return rule(g, u, *srcs) if u.dtype.is_inexact else tuple(None for _ in srcs)
     return wrapped
 
 
@@ -385,7 +401,7 @@ def _collective_vjp(g: Array, u: UOp, *srcs: Array) -> tuple:
     all_gather (every example's chunk k came from chunk k of each example), ppermute's is ppermute with each
     pair reversed, and all_to_all's is all_to_all with the split and concat axes swapped."""
     kind, name, axis = u.arg.kind, u.arg.axis_name, u.arg.axis
-    if kind == "axis_index" or not u.dtype.is_float: return tuple(None for _ in srcs)
+    if kind == "axis_index" or not u.dtype.is_inexact: return tuple(None for _ in srcs)
     if kind == "psum_scatter": return (lax.all_gather(g, name, axis, tiled=True),)
     if kind == "ppermute": return (lax.ppermute(g, name, [(dst, src) for src, dst in u.arg.perm]),)
     if kind == "all_to_all": return (lax.all_to_all(g, name, axis, u.arg.split_axis, tiled=True),)
@@ -433,6 +449,10 @@ vjp_rules[Ops.CALL] = call_vjp
 vjp_rules[Ops.COND] = functools.partial(cond_vjp, backward=backward)  # control rules run `backward` on their bodies
 vjp_rules[Ops.WHILE] = while_vjp
 vjp_rules[Ops.SCAN] = functools.partial(scan_vjp, backward=backward)
+# complex numbers, with JAX's convention (a cotangent is the conjugate of the real pair's: docs/COMPLEX.md)
+vjp_rules[Ops.REAL] = lambda g, u, z: (make_complex(g, jnp.zeros_like(g)),)
+vjp_rules[Ops.IMAG] = lambda g, u, z: (make_complex(jnp.zeros_like(g), -g),)
+vjp_rules[Ops.COMPLEX] = lambda g, u, re, im: (real_part(g), -imag_part(g))
 vjp_rules[Ops.CONTIGUOUS] = lambda g, u, x: (g,)
 vjp_rules[Ops.DETACH] = _no_grad
 vjp_rules[Ops.COPY] = _copy_vjp

@@ -22,7 +22,7 @@ import fnx.numpy as jnp
 from fnx import lax, tree_util
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array, building, inline, trace
+from fnx.trace import Array, building, imag_part, inline, make_complex, real_part, trace
 from fnx.transforms.common import (body_params, finish, float_argnums, graph, partial, product_of_others,
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
@@ -42,7 +42,7 @@ def forward(outs: list[UOp], wrt: list[UOp], tangents: list[Array | None]) -> li
             t = tans[u.src[0]][u.arg]
             if t is not None: tans[u] = t
             continue
-        if not u.dtype.is_float and not tuple_valued(u): continue
+        if not u.dtype.is_inexact and not tuple_valued(u): continue
         rule = jvp_rules.get(u.op)
         if rule is None:
             raise UnsupportedError(at_user_line(f"jvp: no forward-mode rule for primitive {u.op.name}"))
@@ -86,7 +86,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
             raise TypeError(at_user_line(f"jvp: tangent of shape {np.shape(t)} for a primal of shape {np.shape(p)}"))
     params = list(traced.fn.src[1:])
     with building():
-        t_arrays = [lax.convert_element_type(lax.to_array(t), p.dtype) if p.dtype.is_float else None
+        t_arrays = [lax.convert_element_type(lax.to_array(t), p.dtype) if p.dtype.is_inexact else None
                     for t, p in zip(t_leaves, params)]
         body_outs = list(traced.body.src)
         touts = forward(body_outs, params, t_arrays)
@@ -219,7 +219,7 @@ def _where(u, srcs, tans):
 
 
 def _cast(u, srcs, tans):
-    return lax.convert_element_type(tans[0], u.dtype) if tans[0] is not None and srcs[0].uop.dtype.is_float else None
+    return lax.convert_element_type(tans[0], u.dtype) if tans[0] is not None and srcs[0].uop.dtype.is_inexact else None
 
 
 def _reduce(u, srcs, tans):
@@ -286,6 +286,10 @@ jvp_rules[Ops.CALL] = call_jvp
 jvp_rules[Ops.COND] = functools.partial(cond_jvp, forward=forward)  # control rules run `forward` on their bodies
 jvp_rules[Ops.WHILE] = functools.partial(while_jvp, forward=forward)
 jvp_rules[Ops.SCAN] = functools.partial(scan_jvp, forward=forward)
+jvp_rules[Ops.REAL] = _linear(lambda u, t: real_part(t))
+jvp_rules[Ops.IMAG] = _linear(lambda u, t: imag_part(t))
+jvp_rules[Ops.COMPLEX] = lambda u, srcs, tans: None if tans[0] is None and tans[1] is None else make_complex(
+    _zero_if_none(tans[0], srcs[0]), _zero_if_none(tans[1], srcs[1]))
 jvp_rules[Ops.CONTIGUOUS] = _linear(_same_op)
 jvp_rules[Ops.DETACH] = lambda u, srcs, tans: None
 jvp_rules[Ops.COPY] = _linear(_same_op)

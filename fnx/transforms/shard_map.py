@@ -291,7 +291,7 @@ def shard_map_vjp(cts: list[Array | None], call: UOp, operands: list[Array], bac
         grads = backward([outs[i] for i in floats], [masked[i] for i in floats], fresh)
         results = {}
         for j, g in enumerate(grads):
-            if g is None or not fresh[j].dtype.is_float: continue
+            if g is None or not fresh[j].dtype.is_inexact: continue
             for name in mesh.axis_names:
                 if mesh.axis_size(name) > 1 and not any(name in d for d in rule.in_dims[j]):
                     g = Array(UOp(Ops.COLLECTIVE, g.uop.dtype, (g.uop,), CollectiveArg("psum", name,
