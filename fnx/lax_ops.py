@@ -33,11 +33,11 @@ from fnx import dtypes, tree_util
 from fnx import lax as _lax
 from fnx.control_flow import scan
 from fnx.errors import ShapeError, UnsupportedError, at_user_line
-from fnx.trace import Array, cast, complex_ufunc, eager_op, normalize_axes, promote, shape_str, to_array, with_weak
+from fnx.trace import Array, cast, complex_ufunc, conjugate, eager_op, imag_part, make_complex, real_part, normalize_axes, promote, shape_str, to_array, with_weak
 from fnx.transforms.custom import custom_jvp
 
 __all__ = [
-    "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
+    "complex", "real", "imag", "conj", "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
     "acosh", "add", "asin", "asinh", "associative_scan", "atan", "atan2", "atanh", "batch_matmul", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast", "broadcast_shapes", "broadcast_to_rank", "cbrt",
     "ceil", "clamp", "clz", "collapse", "cos", "cosh", "cumlogsumexp", "cummax", "cummin", "digamma", "div", "dot",
@@ -138,6 +138,37 @@ def _unary(name: str, compute: Callable, accepted: str, doc: str, wide: bool = F
         if out.uop.dtype != a.uop.dtype and not out.uop.dtype.is_bool: out = _convert(out, a.uop.dtype)
         return with_weak(out, a.weak_type and not out.uop.dtype.is_bool)
     return _lax._export(fn, name, doc)
+
+
+@eager_op
+def complex(x, y) -> Array:  # noqa: A001
+    """x + i y from two floats of one dtype (float32 -> complex64, float64 -> complex128)."""
+    (a, b), weak = _operands("complex", x, y)
+    _check_dtype("complex", a, a.uop.dtype.is_float and a.uop.dtype.itemsize >= 4, "float32, float64")
+    return with_weak(make_complex(a, b), weak)
+
+
+@eager_op
+def real(x) -> Array:
+    """The real part of a complex array."""
+    a = to_array(x)
+    _check_dtype("real", a, a.uop.dtype.is_complex, "complexfloating")
+    return real_part(a)
+
+
+@eager_op
+def imag(x) -> Array:
+    """The imaginary part of a complex array."""
+    a = to_array(x)
+    _check_dtype("imag", a, a.uop.dtype.is_complex, "complexfloating")
+    return imag_part(a)
+
+
+@eager_op
+def conj(x) -> Array:
+    """The complex conjugate (a real array becomes complex, as in JAX)."""
+    a = to_array(x)
+    return conjugate(a if a.uop.dtype.is_complex else cast(a, dtypes.complex_of(a.uop.dtype)))
 
 
 def _full_like(a: Array, value: Any, dtype: dtypes.DType | None = None) -> Array:

@@ -168,6 +168,13 @@ def _primitive_cases() -> list[tuple[str, Callable, tuple, dict]]:
         ("EXP2", lambda x: lax.exp2(x), (sig,)),
         ("LOG2", lambda x: lax.log2(x), (pos,)),
         ("SIN", lambda x: lax.sin(x), (sig,)),
+        # complex values in between: JAX's convention makes these the real functions' derivatives
+        # (a flip keeps each complex value a node: REAL of a COMPLEX folds away when the graph is built)
+        ("COMPLEX", lambda x, y: lax.real(lax.mul(lax.rev(lax.complex(x, y), (0,)), lax.complex(lax.sin(y), x))),
+         (sig, sig)),
+        ("REAL", lambda x: lax.real(lax.rev(lax.exp(lax.complex(x, lax.mul(x, x))), (1,))), (sig,)),
+        ("IMAG", lambda x: lax.imag(lax.rev(lax.div(lax.complex(lax.sin(x), x), lax.complex(x, lax.add(x, 2.0))),
+                                            (0,))), (sig,)),
         ("TRUNC", lambda x: lax.mul(lax.trunc(x), x), (numer,)),
         ("CAST", lambda x: lax.mul(lax.convert_element_type(lax.convert_element_type(x, np.float32), np.float64), x),
          (sig,), {"eps": 1e-2, "rtol": 1e-3, "atol": 1e-3}),  # float32 rounding: a wider step

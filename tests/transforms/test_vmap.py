@@ -118,6 +118,11 @@ PRIMITIVES = [
     ("exp2", lax.exp2, args_of(normal(X)), np.exp2),
     ("log2", lax.log2, args_of(positive(X)), np.log2),
     ("sin", lax.sin, args_of(normal(X)), np.sin),
+    # complex numbers: COMPLEX, REAL and IMAG (and complex values through movement and sums)
+    ("complex_parts", lambda x, y: (lax.complex(x, y), lax.real(jnp.flip(lax.complex(x, y))),
+                                    lax.imag(lax.exp(jnp.flip(lax.complex(y, x))))),
+     args_of(normal(X), normal(X)),
+     lambda x, y: (x + 1j * y, np.flip(x), np.imag(np.exp(np.flip(y + 1j * x))))),
     ("trunc", lambda x: lax.trunc(x * 3), args_of(normal(X)), lambda x: np.trunc(x * 3)),
     ("cast_f32_i32", lambda x: lax.convert_element_type(x * 4, jnp.int32), args_of(normal(X)),
      lambda x: (x * 4).astype(np.int32)),
