@@ -21,7 +21,7 @@ from fnx.backends.device import Device
 from fnx import numpy  # noqa: E402  (installs indexing, // % ** @, abs and the reduction methods on Array)
 from fnx import lax_ops, lax_conv, lax_sort, lax_gather  # noqa: E402,F401  (join fnx.lax: see lax._extend)
 from fnx import lax_implicit  # noqa: E402,F401  (lax.custom_root: above the transforms it uses)
-from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg, numpy_complex  # noqa: E402,F401  (join fnx.numpy)
+from fnx import numpy_arrays, numpy_math, numpy_sorting, numpy_linalg, numpy_complex, numpy_fft  # noqa: E402,F401,E501
 from fnx import dlpack, scipy, test_util  # noqa: E402
 from fnx import nn, optim, random  # noqa: E402
 from fnx import debug  # noqa: E402
