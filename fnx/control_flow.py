@@ -21,7 +21,8 @@ import numpy as np
 from fnx import dtypes, tree_util
 from fnx.errors import at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array, _realize_tree, building, fresh_tag, state, to_array, trace
+from fnx.trace import (Array, _realize_tree, building, fresh_tag, imag_part, make_complex, real_part, state, to_array,
+                        trace)
 from fnx.uop import ControlArg, IotaArg, Ops, ParamArg, ScanArg, UOp
 
 _FREE_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE)
@@ -89,7 +90,51 @@ def _check_same_types(what: str, a_name: str, a: list[UOp], b_name: str, b: list
 
 
 def _finish(out: Any) -> Any:
-    return _realize_tree(out) if not state.depth else out
+    return _realize_tree(_from_parts(out)) if not state.depth else _from_parts(out)
+
+
+# ---- complex values cross a body's boundary as their two parts (control nodes carry real values only) ----
+
+class _Parts:
+    """A complex leaf of a body's arguments or results, as the pytree of its real and imaginary parts."""
+    __slots__ = ("re", "im")
+
+    def __init__(self, re: Any, im: Any):
+        self.re, self.im = re, im
+
+
+tree_util.register_pytree_node(_Parts, lambda p: ((p.re, p.im), None), lambda _, children: _Parts(*children))
+
+
+def _is_complex(x: Any) -> bool:
+    return (isinstance(x, Array) and x.uop.dtype.is_complex) or (
+        isinstance(x, (np.ndarray, np.generic, complex)) and np.iscomplexobj(x))
+
+
+def _to_parts(tree: Any) -> Any:
+    """`tree` with each complex leaf replaced by its _Parts."""
+    if not any(_is_complex(x) for x in tree_util.tree_leaves(tree)): return tree
+    def split(x):
+        if not _is_complex(x): return x
+        z = to_array(x)
+        return _Parts(real_part(z), imag_part(z))
+    return tree_util.tree_map(split, tree)
+
+
+def _from_parts(tree: Any) -> Any:
+    """`tree` with each _Parts joined back into a complex array."""
+    leaves = tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, _Parts))
+    if not any(isinstance(x, _Parts) for x in leaves): return tree
+    return tree_util.tree_map(lambda p: make_complex(to_array(p.re), to_array(p.im)) if isinstance(p, _Parts) else p,
+                              tree, is_leaf=lambda x: isinstance(x, _Parts))
+
+
+def _on_parts(fun: Callable) -> Callable:
+    """`fun` taking and returning complex values as _Parts."""
+    def body(*args):
+        return _to_parts(fun(*_from_parts(args)))
+    body.__name__ = getattr(fun, "__name__", "a function")
+    return body
 
 
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
@@ -100,6 +145,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     p = to_array(pred)
     if p.shape != () or not (p.uop.dtype.is_bool or p.uop.dtype.is_int):
         raise TypeError(at_user_line(f"cond: the predicate must be a scalar bool or int, got {_avals([p])[0]}"))
+    operands, true_fun, false_fun = _to_parts(operands), _on_parts(true_fun), _on_parts(false_fun)
     with building():
         p = p if p.uop.dtype.is_bool else Array(p.uop.alu(Ops.CMPNE, 0))
         args, in_tree = _leaf_uops(operands)
@@ -121,6 +167,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """Repeat `val = body_fun(val)` while `cond_fun(val)` (jax.lax.while_loop). The carry keeps its type."""
+    init_val, cond_fun, body_fun = _to_parts(init_val), _on_parts(cond_fun), _on_parts(body_fun)
     with building():
         args, in_tree = _leaf_uops(init_val)
         tag = fresh_tag()
@@ -148,6 +195,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
 
     The body is traced once, whatever the length. `unroll` is accepted for compatibility.
     """
+    init, xs, f = _to_parts(init), _to_parts(xs), _on_parts(f)
     with building():
         carry, c_tree = _leaf_uops(init)
         x_leaves, x_tree = tree_util.tree_flatten(xs)
