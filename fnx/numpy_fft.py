@@ -6,13 +6,12 @@ multiply, and a product with the n1 x n1 DFT matrix. A length up to DIRECT, or a
 DFT matrix (so a large prime factor p costs O(n p)). The work stays on the real and imaginary parts as float
 arrays (a real input has no imaginary products) and joins them once at the end, so the compiler sees matrix
 products and elementwise work, and jit, vmap and grad follow from those (grad with JAX's complex convention,
-docs/COMPLEX.md). The DFT matrices and twiddles are computed in float64 from the exact angle (j k mod n) and
-rounded once to the working precision.
+docs/COMPLEX.md). The DFT matrices and twiddles are built in the graph from the exact angle (j k mod n), so they
+live on whatever device the transform runs on.
 """
 from __future__ import annotations
 
 import enum
-import functools
 import math
 import operator
 import sys
@@ -34,18 +33,17 @@ DIRECT = 64  # transforms up to this length are one product with their DFT matri
 
 # ---- the transform along the last axis, on (real part, imaginary part or None) ----
 
-@functools.lru_cache(maxsize=256)
-def _dft_matrix(n: int, inverse: bool, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    jk = np.outer(np.arange(n), np.arange(n)) % n
-    angle = (2 * np.pi / n) * jk * (1 if inverse else -1)
-    return np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
-
-
-@functools.lru_cache(maxsize=256)
-def _twiddles(n1: int, n2: int, inverse: bool, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    jk = np.outer(np.arange(n1), np.arange(n2)) % (n1 * n2)
-    angle = (2 * np.pi / (n1 * n2)) * jk * (1 if inverse else -1)
-    return np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
+def _roots(rows: int, cols: int, n: int, inverse: bool, dtype: dtypes.DType) -> tuple[Array, Array]:
+    """cos and sin of -+2 pi j k / n for j < rows, k < cols: the DFT matrix (rows = cols = n) or the twiddles.
+    Built in the graph from iotas, so they live wherever the transform runs; j k is reduced mod n to (-n/2, n/2]
+    first, so the angle is at most pi and rounds once."""
+    index = dtypes.int64 if (rows - 1) * (cols - 1) >= 2 ** 31 else dtypes.int32
+    j = _lax.broadcasted_iota(index, (rows, cols), 0)
+    k = _lax.broadcasted_iota(index, (rows, cols), 1)
+    m = (j * k) % n
+    m = jnp.where(2 * m > n, m - n, m)
+    angle = m.astype(dtype) * ((2 if inverse else -2) * math.pi / n)
+    return jnp.cos(angle), jnp.sin(angle)
 
 
 def _split(n: int) -> int:
@@ -62,20 +60,16 @@ def _times(re: Array, im: Array | None, cr: Any, ci: Any, product) -> tuple[Arra
 
 def _transform(re: Array, im: Array | None, inverse: bool) -> tuple[Array, Array]:
     """The unnormalized DFT (inverse: with e^{+2 pi i jk/n}) of re + i im along the last axis."""
-    n, np_dtype = re.shape[-1], re.dtype
+    n, dtype = re.shape[-1], re.uop.dtype
     n1 = 1 if n <= DIRECT else _split(n)
-    if n1 == 1:
-        mr, mi = _dft_matrix(n, inverse, np.dtype(np_dtype))
-        return _times(re, im, jnp.asarray(mr), jnp.asarray(mi), jnp.matmul)
+    if n1 == 1: return _times(re, im, *_roots(n, n, n, inverse, dtype), jnp.matmul)
     n2, lead = n // n1, re.shape[:-1]
     # x[j1 + n1 j2] as [..., j1, j2]: transform each residue class j1 over j2 (length n2)
     classes = [None if p is None else jnp.swapaxes(p.reshape(lead + (n2, n1)), -1, -2) for p in (re, im)]
     yr, yi = _transform(classes[0], classes[1], inverse)
-    tr, ti = _twiddles(n1, n2, inverse, np.dtype(np_dtype))
-    yr, yi = _times(yr, yi, jnp.asarray(tr), jnp.asarray(ti), operator.mul)
+    yr, yi = _times(yr, yi, *_roots(n1, n2, n, inverse, dtype), operator.mul)
     # [..., k2, j1] times the n1-point DFT matrix gives [..., k2, k1], which is X[k2 + n2 k1]
-    mr, mi = _dft_matrix(n1, inverse, np.dtype(np_dtype))
-    zr, zi = _times(jnp.swapaxes(yr, -1, -2), jnp.swapaxes(yi, -1, -2), jnp.asarray(mr), jnp.asarray(mi),
+    zr, zi = _times(jnp.swapaxes(yr, -1, -2), jnp.swapaxes(yi, -1, -2), *_roots(n1, n1, n1, inverse, dtype),
                     jnp.matmul)
     return (jnp.swapaxes(zr, -1, -2).reshape(lead + (n,)), jnp.swapaxes(zi, -1, -2).reshape(lead + (n,)))
 
@@ -106,7 +100,7 @@ def _resized(x: Array, n: int | None, axis: int, name: str) -> Array:
     n = operator.index(n)
     if n < 1: raise ValueError(at_user_line(f"{name}: invalid number of data points ({n}) specified"))
     size = x.shape[axis]
-    if n < size: return jnp.take(x, jnp.arange(n), axis=axis)
+    if n < size: return _lax.slice_in_dim(x, 0, n, axis=axis)
     if n > size:
         widths = [(0, 0)] * x.ndim
         widths[axis] = (0, n - size)
@@ -159,7 +153,7 @@ def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
     x = _resized(x, n, axis, "rfft")
     size = x.shape[axis]
     full = _along(x, axis, False, _norm_scale(norm, size, False, "rfft"), real_input=True)
-    return jnp.take(full, jnp.arange(size // 2 + 1), axis=axis)
+    return _lax.slice_in_dim(full, 0, size // 2 + 1, axis=axis)
 
 
 @eager_op
@@ -171,7 +165,7 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
     n = 2 * (x.shape[axis] - 1) if n is None else operator.index(n)
     if n < 1: raise ValueError(at_user_line(f"irfft: invalid number of data points ({n}) specified"))
     half = _resized(x, n // 2 + 1, axis, "irfft")
-    upper = jnp.take(half, jnp.arange(n - n // 2 - 1, 0, -1), axis=axis)  # X[n - k] for k = n//2+1 .. n-1
+    upper = jnp.flip(_lax.slice_in_dim(half, 1, n - n // 2, axis=axis), axis)  # X[n - k], k = n//2+1 .. n-1
     full = jnp.concatenate([half, jnp.conj(upper)], axis=axis)
     return jnp.real(_along(full, axis, True, _norm_scale(norm, n, True, "irfft")))
 
