@@ -142,7 +142,6 @@ JAX_NAMES: dict[str, frozenset[str]] = {
 
 # JAX's submodules fnx has no counterpart of yet (JAX_NAMES lists functions and classes, not these)
 MISSING_SUBMODULES = {"fnx": {"image", "experimental", "export", "ffi", "monitoring", "stages", "extend", "typing"},
-                      "fnx.numpy": {"fft"},
                       "fnx.scipy": {"special", "stats", "signal", "optimize", "fft", "ndimage", "integrate",
                                     "interpolate", "cluster", "spatial", "sparse"}}
 

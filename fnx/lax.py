@@ -612,7 +612,7 @@ def pmean(x, axis_name: Any):
     """The mean of x over the named axis `axis_name` (or a tuple of names)."""
     size = _total_size(axis_name, "pmean")
     return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
-                              if to_array(leaf).uop.dtype.is_float else _collective("psum", leaf, axis_name) // size, x)
+                              if to_array(leaf).uop.dtype.is_inexact else _collective("psum", leaf, axis_name) // size, x)
 
 
 @eager_op

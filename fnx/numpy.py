@@ -28,8 +28,8 @@ from fnx import trace as _trace
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, NonConcreteBooleanIndexError, ShapeError, UnsupportedError, at_user_line
 from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_array, broadcast_shapes, cast,
-                       check_operand, eager_op, elementwise, inexact_dtype, is_python_scalar, normalize_axes, prepare,
-                       promote, shape_str, stack_arrays, state, with_weak)
+                       check_operand, eager_op, elementwise, imag_part, inexact_dtype, is_python_scalar, make_complex,
+                       normalize_axes, prepare, promote, real_part, shape_str, stack_arrays, state, with_weak)
 from fnx.transforms.custom import custom_jvp
 
 # ---- dtype names and constants (numpy's scalar types, so `x.dtype == jnp.float32` holds) ----
@@ -839,6 +839,8 @@ rint = _rounding("rint", _rint, "Round half to even elementwise.")
 def round(a: Any, decimals: int = 0) -> Array:  # noqa: A001
     """Round half to even to `decimals` decimal places (like numpy: scale, round, unscale)."""
     x = as_operand(a, "round")
+    if _dt(x).is_complex:  # each part rounded, as numpy
+        return with_weak(make_complex(round(real_part(x), decimals), round(imag_part(x), decimals)), x.weak_type)
     if not _dt(x).is_float:
         if decimals >= 0: return x
         raise UnsupportedError(at_user_line(f"round: negative decimals for integer arrays ({shape_str(x)})"))

@@ -406,15 +406,20 @@ i0 = elementwise("i0", _float_math(_i0), to_float=True, doc="The modified Bessel
 
 # ---- comparisons of whole arrays ----
 
+def _namespace_abs(x: Array) -> Array:
+    import fnx.numpy as namespace  # (abs with its complex form: the elementwise function, not _abs)
+    return namespace.abs(x)
+
+
 @eager_op
 def isclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: bool = False) -> Array:
     """|a - b| <= atol + rtol * |b| elementwise for floats (infinities equal only to themselves; NaNs equal each
     other with `equal_nan`); integers and bools compare exactly, as in JAX."""
     (x, y), _ = prepare("isclose", a, b)
-    if not _dt(x).is_float: return equal(x, y)
-    dt = _dt(x)
+    if not _dt(x).is_inexact: return equal(x, y)
+    dt = _dt(x).component  # (complex values: the moduli compare)
     rtol, atol = cast(as_operand(rtol, "isclose"), dt), cast(as_operand(atol, "isclose"), dt)
-    close = _abs(x - y) <= atol + rtol * _abs(y)
+    close = _namespace_abs(x - y) <= atol + rtol * _namespace_abs(y)
     out = where(isinf(x) | isinf(y), x == y, close)
     if equal_nan: out = out | (isnan(x) & isnan(y))
     return out
@@ -446,7 +451,7 @@ def array_equiv(a1: Any, a2: Any) -> Array:
 # ---- NaN-aware reductions ----
 
 def _nan_replaced(x: Array, value: float) -> Array:
-    return where(isnan(x), _full(x, value), x) if _dt(x).is_float else x
+    return where(isnan(x), _full(x, value), x) if _dt(x).is_inexact else x
 
 
 @eager_op
@@ -504,7 +509,7 @@ nanargmin = _nan_arg("nanargmin", argmin, np.inf)
 
 def _nan_mask(x: Array, where_mask: Any) -> Array:
     """True where an element takes part in a NaN-aware mean (not NaN, and inside `where`)."""
-    mask = ~isnan(x) if _dt(x).is_float else _full(x, True, dtypes.bool_)
+    mask = ~isnan(x) if _dt(x).is_inexact else _full(x, True, dtypes.bool_)
     return mask if where_mask is None else mask & _broadcast(_as_bool(as_operand(where_mask)), x.shape)
 
 
