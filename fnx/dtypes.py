@@ -33,7 +33,7 @@ import numpy as np
 from fnx.config import config
 
 __all__ = [
-    "DType", "DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "DType", "DTYPES", "COMPLEX_DTYPES", "ALL_DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "to_dtype", "from_numpy", "promote_types", "result_type",
     "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float", "x64_enabled", "enable_x64",
     "canonicalize", "requested",
@@ -142,9 +142,11 @@ float64 = DType("float64", 8, "f")
 complex64 = DType("complex64", 8, "c")
 complex128 = DType("complex128", 16, "c")
 
+# the real types (the element types of the kernels); complex values are pairs of floats to the compiler
 DTYPES: tuple[DType, ...] = (
-    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, complex64,
-    complex128)
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64)
+COMPLEX_DTYPES: tuple[DType, ...] = (complex64, complex128)
+ALL_DTYPES = DTYPES + COMPLEX_DTYPES
 _COMPONENT = {"complex64": float32, "complex128": float64}
 
 
@@ -213,9 +215,9 @@ def requested(x: Any, where: str = "") -> DType:
                       "\"jax_enable_x64\", True)).", UserWarning, stacklevel=3)
     return narrow
 
-_NP_OF = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in DTYPES}
-_BY_NAME = {d.name: d for d in DTYPES} | {"bool_": bool_}
-_BY_NP = {_NP_OF[d.name]: d for d in DTYPES}
+_NP_OF = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in ALL_DTYPES}
+_BY_NAME = {d.name: d for d in ALL_DTYPES} | {"bool_": bool_}
+_BY_NP = {_NP_OF[d.name]: d for d in ALL_DTYPES}
 
 
 def from_numpy(np_dtype: Any) -> DType:

@@ -982,8 +982,29 @@ def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims:
 def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,
          initial: Any = None, where: Any = None, promote_integers: bool = True) -> Array:
     """Product over `axis`, with the same dtype rules as `sum`."""
-    total = _accumulate("prod", lax.reduce_prod, a, axis, dtype, keepdims, where, 1, promote_integers)
+    x = as_operand(a, "prod")
+    reduce = _complex_product if _dt(x).is_complex or (dtype is not None and np.dtype(dtype).kind == "c") \
+        else lax.reduce_prod
+    total = _accumulate("prod", reduce, x, axis, dtype, keepdims, where, 1, promote_integers)
     return total if initial is None else total * initial
+
+
+def _complex_product(x: Array, axes: Sequence[int], keepdims: bool = False) -> Array:
+    """The product of complex values over `axes` as a tree of complex multiplies: the axes flattened to one of
+    length m, padded with ones to a power of two, then halved log2(m) times (lax.reduce_prod's form)."""
+    axes = tuple(axes)
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = transpose(x, kept + list(axes))
+    shape = tuple(x.shape[i] for i in kept)
+    m = math.prod(x.shape[i] for i in axes)
+    rows = moved.reshape(shape + (m,))
+    width = 1 << builtins.max(m - 1, 0).bit_length()
+    if width > m: rows = pad(rows, [(0, 0)] * len(shape) + [(0, width - m)], constant_values=1)
+    while rows.shape[-1] > 1:
+        half = rows.shape[-1] // 2
+        rows = multiply(rows[..., :half], rows[..., half:])
+    out = rows.reshape(shape)
+    return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape))) if keepdims else out
 
 
 def _extreme(name: str, take_max: bool):

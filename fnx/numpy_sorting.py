@@ -38,7 +38,12 @@ def argsort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = Non
     """The int32 indices that sort `a` along `axis` (None: flattened); stable, also when `descending` (equal
     elements keep their order)."""
     a, axis = _along(a, axis)
-    return cast(argsort_keys([a], axis, descending), dtypes.default_int())  # (int64 with x64 on, as JAX)
+    return cast(argsort_keys(_keys(a), axis, descending), dtypes.default_int())  # (int64 with x64 on, as JAX)
+
+
+def _keys(a: Array) -> list[Array]:
+    """The sort keys of `a`: itself, or a complex array's real then imaginary part (JAX's lexicographic order)."""
+    return [jnp.real(a), jnp.imag(a)] if a.uop.dtype.is_complex else [a]
 
 
 @eager_op
@@ -46,7 +51,7 @@ def sort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = None, 
          descending: bool = False) -> Array:
     """`a` sorted along `axis` (None: flattened); `descending` reverses the ascending sort."""
     a, axis = _along(a, axis)
-    ordered = jnp.take_along_axis(a, argsort_keys([a], axis), axis)
+    ordered = jnp.take_along_axis(a, argsort_keys(_keys(a), axis), axis)
     return lax.rev(ordered, (axis,)) if descending else ordered  # (as JAX: equal elements reversed too)
 
 

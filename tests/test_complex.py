@@ -105,7 +105,9 @@ def test_reductions_products_and_movement(device):
              (jnp.where(z.real > 0, z, w), np.where(zz.real > 0, zz, ww)), (jnp.pad(z, 1), np.pad(zz, 1)),
              (z[jnp.array([2, 0])], zz[[2, 0]]), (z.at[1, 2].set(5 - 5j), _set(zz, (1, 2), 5 - 5j)),
              (z.at[0].add(1j), _add(zz, 0, 1j)), (jnp.outer(z[0], w[1]), np.outer(zz[0], ww[1])),
-             (jnp.linalg.vecdot(z, w), np.vecdot(zz, ww)), (jnp.sort_complex(z[0]), np.sort_complex(zz[0]))]
+             (jnp.linalg.vecdot(z, w), np.vecdot(zz, ww)), (jnp.sort_complex(z[0]), np.sort_complex(zz[0])),
+             (jnp.prod(z, axis=1), zz.prod(1)), (jnp.prod(z[:, :3]), zz[:, :3].prod()),
+             (jnp.round(z * 3, 1), np.round(zz * 3, 1)), (jnp.isclose(z, z + 1e-3j), np.isclose(zz, zz + 1e-3j))]
     for got, want in cases:
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
 
@@ -120,6 +122,13 @@ def _add(a, index, value):
     a = a.copy()
     a[index] += value
     return a
+
+
+def test_sorting_is_lexicographic_as_jax():
+    s = np.array([1 + 2j, 1 + 1j, -1 + 5j, 1 + 1j, 0j, -1 - 5j], np.complex64)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(s)), np.asarray(J.sort(s)))
+    np.testing.assert_array_equal(np.asarray(jnp.argsort(s)), np.asarray(J.argsort(s)))
+    np.testing.assert_array_equal(np.asarray(jnp.sort(s, descending=True)), np.asarray(J.sort(s, descending=True)))
 
 
 def test_casts_between_real_and_complex():
@@ -236,10 +245,10 @@ def test_from_several_threads():
 # ---- what fnx has no complex form of: a clear error, never the real part's answer ----
 
 @pytest.mark.parametrize("call", [
-    lambda z: jnp.linalg.inv(z[:, :3]), lambda z: jnp.linalg.solve(z[:, :3], z[:, 0]), lambda z: jnp.sort(z),
-    lambda z: jnp.max(z), lambda z: jnp.prod(z), lambda z: jnp.less(z, z), lambda z: jnp.floor(z),
+    lambda z: jnp.linalg.inv(z[:, :3]), lambda z: jnp.linalg.solve(z[:, :3], z[:, 0]), lambda z: jnp.median(z),
+    lambda z: jnp.max(z), lambda z: jnp.cumprod(z), lambda z: jnp.less(z, z), lambda z: jnp.floor(z),
     lambda z: jnp.linalg.norm(z, 2), lambda z: fnx.scipy.linalg.expm(z[:, :3]), lambda z: jnp.arctan(z)],
-    ids=["inv", "solve", "sort", "max", "prod", "less", "floor", "spectral norm", "expm", "arctan"])
+    ids=["inv", "solve", "median", "max", "cumprod", "less", "floor", "spectral norm", "expm", "arctan"])
 def test_functions_without_a_complex_form_raise(call):
     with warnings.catch_warnings():
         warnings.simplefilter("error", np.exceptions.ComplexWarning)  # never the real part silently

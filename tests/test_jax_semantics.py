@@ -29,17 +29,19 @@ def jax_x64(enabled: bool):
 
 # ---- type promotion: every pair of dtypes, strong and weak ----
 
-WEAK = [(dtypes.int32, True), (dtypes.float32, True), (dtypes.int64, True), (dtypes.float64, True)]
-OPERANDS = [(d, False) for d in dtypes.DTYPES] + WEAK
+WEAK = [(dtypes.int32, True), (dtypes.float32, True), (dtypes.int64, True), (dtypes.float64, True),
+        (dtypes.complex64, True), (dtypes.complex128, True)]
+OPERANDS = [(d, False) for d in dtypes.ALL_DTYPES] + WEAK
 
 
 def _is_64(operand) -> bool:
-    return operand[0].itemsize == 8
+    return operand[0].is_64bit
 
 
 def _jax_value(dtype, weak):
     """A JAX value of `dtype`: weak ones are Python scalars (64-bit weak: a weak value that needs 64 bits)."""
     if not weak: return jjnp.ones((), dtype.np)
+    if dtype.is_complex: return 1j if dtype is dtypes.complex64 else jjnp.asarray(1e300 + 1j)
     if dtype.itemsize == 4: return 1 if dtype.is_int else 1.0
     return jjnp.asarray(2**40) if dtype.is_int else jjnp.asarray(1e300)
 
