@@ -105,7 +105,8 @@ def _operands(name: str, *xs: Any) -> tuple[list[Array], bool]:
 
 # lax names whose complex forms are fnx.numpy's of another name (trace.COMPLEX_UFUNCS is keyed by those)
 _NP_NAMES = {"sub": "subtract", "mul": "multiply", "div": "divide", "eq": "equal", "ne": "not_equal", "neg": "negative",
-             "is_finite": "isfinite", "asin": "arcsin", "acos": "arccos", "atan": "arctan"}
+             "is_finite": "isfinite", "asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+             "acosh": "arccosh", "atanh": "arctanh"}
 
 
 def _binary(name: str, compute: Callable, accepted: str | None, doc: str):

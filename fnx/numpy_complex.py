@@ -193,6 +193,63 @@ def _tanh(a: Array) -> Array:
     return make_complex(jnp.sinh(2 * x) / den, jnp.sin(2 * y) / den)
 
 
+@_rule("log1p")
+def _log1p(a: Array) -> Array:
+    """log(1 + z) with |1 + z|**2 = 1 + (2x + x**2 + y**2) taken through log1p: accurate for small z."""
+    x, y = _parts(a)
+    return make_complex(0.5 * jnp.log1p(x * (2 + x) + y * y), jnp.arctan2(y, 1 + x))
+
+
+@_rule("expm1")
+def _expm1(a: Array) -> Array:
+    """e**z - 1 = (e**x - 1) cos y - 2 sin(y/2)**2 + i e**x sin y: accurate for small z."""
+    x, y = _parts(a)
+    half = jnp.sin(y * 0.5)
+    return make_complex(jnp.expm1(x) * jnp.cos(y) - 2 * half * half, jnp.exp(x) * jnp.sin(y))
+
+
+def _times_i(z: Array, sign: float = 1.0) -> Array:
+    """sign * i * z."""
+    return make_complex(-sign * imag_part(z), sign * real_part(z))
+
+
+def _add_real(z: Array, c: float) -> Array:
+    return make_complex(real_part(z) + c, imag_part(z))
+
+
+@_rule("arcsinh")
+def _arcsinh(a: Array) -> Array:
+    """log(z + sqrt(z**2 + 1)) as log1p(z + z**2 / (1 + sqrt(z**2 + 1))), on the half plane Re z >= 0 (odd
+    symmetry gives the other), where nothing cancels and small z keep their relative precision."""
+    flip = real_part(a) < 0
+    z = jnp.where(flip, COMPLEX_UFUNCS["negative"](a), a)
+    square = _multiply(z, z)
+    out = _log1p(_add_complex(z, _divide(square, _add_real(_sqrt(_add_real(square, 1.0)), 1.0))))
+    return jnp.where(flip, COMPLEX_UFUNCS["negative"](out), out)
+
+
+def _add_complex(a: Array, b: Array) -> Array:
+    return make_complex(real_part(a) + real_part(b), imag_part(a) + imag_part(b))
+
+
+@_rule("arccosh")
+def _arccosh(a: Array) -> Array:
+    """log(z + sqrt(z + 1) sqrt(z - 1)), the principal branch (Re >= 0)."""
+    return _log(_add_complex(a, _multiply(_sqrt(_add_real(a, 1.0)), _sqrt(_add_real(a, -1.0)))))
+
+
+@_rule("arctanh")
+def _arctanh(a: Array) -> Array:
+    """(log1p(z) - log1p(-z)) / 2."""
+    diff = _add_complex(_log1p(a), COMPLEX_UFUNCS["negative"](_log1p(COMPLEX_UFUNCS["negative"](a))))
+    return _scale(diff, 0.5)
+
+
+COMPLEX_UFUNCS["arcsin"] = lambda a: _times_i(_arcsinh(_times_i(a)), -1.0)      # -i asinh(i z)
+COMPLEX_UFUNCS["arctan"] = lambda a: _times_i(_arctanh(_times_i(a)), -1.0)      # -i atanh(i z)
+COMPLEX_UFUNCS["arccos"] = lambda a: _add_real(COMPLEX_UFUNCS["negative"](COMPLEX_UFUNCS["arcsin"](a)), math.pi / 2)
+
+
 # ---- comparisons and predicates ----
 
 COMPLEX_UFUNCS["equal"] = lambda a, b: (real_part(a) == real_part(b)) & (imag_part(a) == imag_part(b))
