@@ -195,7 +195,28 @@ def test_holomorphic_grad_jvp_and_vjp_match_jax():
     np.testing.assert_allclose(np.asarray(pullback(W)[0]), np.asarray(jpullback(W)[0]), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["jacrev", "jacfwd", "hessian"])
+def test_holomorphic_jacobians_match_jax(name):
+    f = (lambda m: lambda z: m.sum(m.sin(z) * z[::-1] ** 2)) if name == "hessian" else (
+        lambda m: lambda z: m.sin(z) * z[::-1])
+    z = Z[0]
+    got, want = getattr(fnx, name)(f(jnp), holomorphic=True)(z), getattr(jax, name)(f(J), holomorphic=True)(z)
+    assert np.asarray(got).dtype == np.complex64
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    x = Z.real[0]
+    np.testing.assert_allclose(np.asarray(fnx.jacfwd(lambda x: jnp.exp(1j * x))(x)),
+                               np.asarray(jax.jacfwd(lambda x: J.exp(1j * x))(x)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fnx.jacrev(lambda z: jnp.abs(z) ** 2)(z)),
+                               np.asarray(jax.jacrev(lambda z: J.abs(z) ** 2)(z)), rtol=1e-6, atol=1e-6)
+
+
 def test_grad_refuses_complex_outputs_and_real_holomorphic_inputs_as_jax():
+    with pytest.raises(TypeError, match="jacrev requires real-valued outputs"):
+        fnx.jacrev(lambda z: z * z)(Z[0])
+    with pytest.raises(TypeError, match="jacfwd requires real-valued inputs"):
+        fnx.jacfwd(lambda z: z * z)(Z[0])
+    with pytest.raises(TypeError, match="complex dtype"):
+        fnx.jacrev(lambda x: x, holomorphic=True)(Z.real[0])
     with pytest.raises(TypeError, match="real-valued outputs.*holomorphic=True"):
         fnx.grad(lambda z: z * z)(np.complex64(1 + 1j))
     with pytest.raises(TypeError, match="complex dtype"):

@@ -206,20 +206,17 @@ def _split_aux(out_tree) -> tuple:
     return children[0], children[1], children[0].num_leaves
 
 
-def _complex_inputs(args: tuple) -> None:
-    """grad(holomorphic=True) differentiates with respect to complex inputs only (JAX's TypeError otherwise)."""
+def complex_inputs(args: tuple, name: str) -> None:
+    """holomorphic=True differentiates with respect to complex inputs only (JAX's TypeError otherwise)."""
     for leaf in tree_util.tree_leaves(args):
         dt = dtypes.to_dtype(leaf.dtype) if hasattr(leaf, "dtype") else dtypes.canonicalize_scalar(leaf)[0]
         if not dt.is_complex:
-            raise TypeError(at_user_line(f"grad with holomorphic=True requires inputs with complex dtype, but got "
+            raise TypeError(at_user_line(f"{name} with holomorphic=True requires inputs with complex dtype, but got "
                                          f"{dt}"))
 
 
-def unsupported_options(name: str, holomorphic: bool, allow_int: bool = False) -> None:
-    """JAX's grad/jacobian options fnx cannot honour yet, refused with the reason (False is JAX's default)."""
-    if holomorphic:
-        raise NotImplementedError(f"{name}(holomorphic=True) is not implemented in fnx yet (grad and value_and_grad "
-                                  "take it)")
+def unsupported_options(name: str, allow_int: bool) -> None:
+    """JAX's jacobian option fnx cannot honour yet, refused with the reason (False is JAX's default)."""
     if allow_int:
         raise NotImplementedError(f"{name}(allow_int=True): fnx gives float0 gradients for integer inputs in grad "
                                   "and value_and_grad only; exclude integer arguments with argnums")
@@ -231,7 +228,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
     `fun` must return a scalar float (or `(scalar, aux)` with `has_aux`). With a tuple `argnums` the gradient is
     a tuple. Integer inputs raise TypeError, as in JAX; with `allow_int=True` their gradients are float0 zeros
-    (`fnx.dtypes.float0`, numpy arrays), as JAX's. `holomorphic` must be False (True is a NotImplementedError).
+    (`fnx.dtypes.float0`, numpy arrays), as JAX's. `holomorphic=True` differentiates a complex function of complex
+    inputs (its derivative f'(z)); without it a complex output is a TypeError, as in JAX.
 
     Example:
       >>> fnx.value_and_grad(lambda x: (x ** 2).sum())(jnp.arange(3.0))
@@ -239,7 +237,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     """
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "grad", allow_int)
-        if holomorphic: _complex_inputs(tuple(args[n] for n in nums))
+        if holomorphic: complex_inputs(tuple(args[n] for n in nums), "grad")
 
         result = vjp(partial(fun, args, kwargs, nums), *[args[n] for n in nums], has_aux=has_aux)
         out, pullback = result[0], result[1]
@@ -289,14 +287,21 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     Integer inputs raise TypeError, as in JAX.
     """
     from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
-    unsupported_options("jacrev", holomorphic, allow_int)
+    unsupported_options("jacrev", allow_int)
 
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacrev")
         diff = tuple(tree_util.tree_map(jnp.asarray, args[n]) for n in nums)
+        if holomorphic: complex_inputs(diff, "jacrev")
         result = vjp(partial(fun, args, kwargs, nums), *diff, has_aux=has_aux)
         out, pullback = result[0], result[1]
         out_leaves, out_tree = tree_util.tree_flatten(out)
+        for o in out_leaves:
+            if dtypes.to_dtype(o.dtype).is_complex != holomorphic:
+                raise TypeError(at_user_line(
+                    f"jacrev with holomorphic=True requires complex outputs, got {o.dtype}" if holomorphic else
+                    f"jacrev requires real-valued outputs (a floating dtype), but got {o.dtype}. For holomorphic "
+                    "differentiation, pass holomorphic=True; otherwise take the real and imaginary parts"))
         shapes = [tuple(np.shape(o)) for o in out_leaves]
         sizes = [int(math.prod(shape)) for shape in shapes]
         bounds = np.cumsum([0] + sizes)

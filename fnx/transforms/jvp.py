@@ -27,7 +27,7 @@ from fnx.transforms.common import (body_params, finish, float_argnums, graph, pa
                                    tuple_valued)
 from fnx.transforms.control_rules import cond_jvp, scan_jvp, while_jvp
 from fnx.transforms.custom import refuse_closure
-from fnx.transforms.grad import jacrev, unsupported_options
+from fnx.transforms.grad import complex_inputs, jacrev
 from fnx.transforms.shard_map import shard_map_jvp
 from fnx.uop import Ops, UOp
 
@@ -120,11 +120,14 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     identity), as JAX does; shape out_shape + in_shape (pytrees nested like JAX). Integer inputs raise TypeError,
     as in JAX."""
     from fnx.transforms.vmap import vmap  # (vmap sits beside this module: both are transforms of traces)
-    unsupported_options("jacfwd", holomorphic, False)
-
     def wrapped(*args, **kwargs):
         nums = float_argnums(argnums, args, "jacfwd")
         diff = tuple(tree_util.tree_map(jnp.asarray, args[n]) for n in nums)
+        if holomorphic: complex_inputs(diff, "jacfwd")
+        elif any(leaf.dtype.kind == "c" for leaf in tree_util.tree_leaves(diff)):
+            raise TypeError(at_user_line("jacfwd requires real-valued inputs (a floating dtype), but got a complex "
+                                         "one. For holomorphic differentiation, pass holomorphic=True; for a "
+                                         "non-holomorphic function of complex inputs, use jacrev"))
         partial_fun = partial(fun, args, kwargs, nums)
         in_leaves, in_tree = tree_util.tree_flatten(diff)
         shapes = [tuple(leaf.shape) for leaf in in_leaves]

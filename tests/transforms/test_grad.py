@@ -380,9 +380,6 @@ def test_jax_options_of_grad_and_jacobians():
     np.testing.assert_allclose(np.asarray(ours[0]), np.asarray(theirs[0]))
     np.testing.assert_allclose(np.asarray(ours[1]), np.asarray(theirs[1]))
     assert float(fnx.grad(lambda x: x ** 2, holomorphic=False, allow_int=False)(3.0)) == 6.0
-    for transform in (fnx.jacrev, fnx.jacfwd, fnx.hessian):  # (grad's holomorphic=True: tests/test_complex.py)
-        with pytest.raises(NotImplementedError, match="holomorphic=True"):
-            transform(jnp.sin, holomorphic=True)
     with pytest.raises(NotImplementedError, match="allow_int=True"):
         fnx.jacrev(jnp.sin, allow_int=True)
 
