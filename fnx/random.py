@@ -13,8 +13,8 @@ Floating-point transforms (the inverse error function behind `normal`, the logar
 backend evaluates them for float32, so float32 samples equal JAX's bit for bit.
 
 Departures from jax.random:
-  * `key(seed)` returns the same raw uint32[2] key as `PRNGKey(seed)` (fnx has no typed key arrays);
-    `key_data` and `wrap_key_data` are identities that check the shape and dtype.
+  * Typed keys (`key(seed)`, dtype key<fry>) are a pytree over their uint32 data, so `tree_leaves` of one gives
+    that data (JAX's is a leaf of an extended dtype); fnx.numpy functions take their `key_data`, not the keys.
   * Seeds keep only their low 32 bits, as jax.random does with x64 disabled (its default); with x64 enabled JAX puts
     the high 32 bits of a 64-bit seed in the first key word.
   * float64 and int64 are real 64-bit types in fnx (JAX's x64 mode). bits, uniform, randint and bernoulli then
@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fnx import dtypes
+from fnx import dtypes, tree_util
 from fnx import lax
 from fnx import numpy as jnp
 from fnx.dtypes import DType
@@ -46,7 +46,7 @@ from fnx.errors import at_user_line
 from fnx.trace import Array, Traced, eager_op, inline, state, trace
 from fnx.transforms.custom import custom_jvp  # gamma's derivative in alpha (implicit reparameterization)
 
-__all__ = ["PRNGKey", "key", "key_data", "wrap_key_data", "threefry_2x32", "split", "fold_in", "bits", "uniform",
+__all__ = ["PRNGKey", "key", "key_data", "key_dtype", "KeyArray", "wrap_key_data", "threefry_2x32", "split", "fold_in", "bits", "uniform",
            "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical", "permutation", "choice",
            "ball", "beta", "binomial", "cauchy", "chisquare", "clone", "dirichlet", "double_sided_maxwell",
            "exponential", "f", "gamma", "generalized_normal", "geometric", "key_impl", "laplace", "loggamma",
@@ -62,8 +62,77 @@ def _u32(value: int) -> np.uint32:
     return np.uint32(value & 0xFFFFFFFF)
 
 
+class KeyDType:
+    """The dtype of typed key arrays: `key<fry>` (threefry2x32), as JAX prints it."""
+    name = "key<fry>"
+
+    def __repr__(self) -> str: return self.name
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool: return isinstance(other, KeyDType) or other == self.name
+    def __hash__(self) -> int: return hash(self.name)
+
+
+KEY_DTYPE = KeyDType()
+
+
+class KeyArray:
+    """An array of typed PRNG keys (`fnx.random.key`): shape `shape`, dtype key<fry>, holding uint32 data of shape
+    shape + (2,) (`key_data`). It is a pytree whose one child is that data, so jit, vmap, scan and the trees carry it;
+    every sampler accepts it as it accepts a raw uint32[2] key, and split/fold_in/clone of a typed key give typed
+    keys, as in JAX."""
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Array):
+        self._data = data
+
+    shape = property(lambda self: tuple(self._data.shape[:-1]))
+    ndim = property(lambda self: self._data.ndim - 1)
+    size = property(lambda self: math.prod(self.shape))
+    dtype = property(lambda self: KEY_DTYPE)
+
+    def __len__(self) -> int:
+        if not self.shape: raise TypeError("len() of an unsized key array")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, index) -> KeyArray:
+        index = index if isinstance(index, tuple) else (index,)
+        if any(i is Ellipsis for i in index):
+            raise IndexError("key arrays are indexed by their key axes: an Ellipsis is not supported in fnx")
+        return KeyArray(self._data[index + (slice(None),)])
+
+    def reshape(self, *shape) -> KeyArray:
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return KeyArray(jnp.reshape(self._data, tuple(shape) + (2,)))
+
+    def block_until_ready(self) -> KeyArray:
+        self._data.block_until_ready()
+        return self
+
+    def __repr__(self) -> str:
+        return f"Array({self.shape}, dtype={KEY_DTYPE}) overlaying:\n{np.asarray(self._data)}"
+
+    __str__ = __repr__
+
+
+tree_util.register_pytree_node(KeyArray, lambda k: ((k._data,), None), lambda _, children: KeyArray(children[0]))
+
+
+def _typed_like(key: Any, data: Array) -> Any:
+    """New key data as a typed key array when `key` was one (split, fold_in, clone keep the key's kind)."""
+    return KeyArray(data) if isinstance(key, KeyArray) else data
+
+
 def _key_array(key: Any, name: str, batched: bool = False) -> Array:
     """`key` as a uint32[2] Array (uint32[..., 2] when `batched`), or a TypeError naming the sampler."""
+    if isinstance(key, KeyArray):
+        if key.shape and not batched:
+            raise TypeError(at_user_line(f"{name}: expected a single PRNG key, got a key array of shape {key.shape}; "
+                                         "use vmap over it"))
+        return key._data
     k = key if isinstance(key, Array) else lax.to_array(np.asarray(key))
     if (k.shape[-1:] if batched else k.shape) != (2,) or k.uop.dtype != dtypes.uint32:
         raise TypeError(at_user_line(f"{name}: expected a PRNG key of shape ({'..., ' if batched else ''}2,) and "
@@ -100,22 +169,35 @@ def PRNGKey(seed: int | Any) -> Array:
     return jnp.stack([lax.to_array(np.uint32(0)), low])
 
 
-def key(seed: int | Any) -> Array:
-    """A PRNG key from an integer seed. In fnx this is the raw uint32[2] key of `PRNGKey` (JAX returns a typed key
-    array holding the same data)."""
-    return PRNGKey(seed)
+def key(seed: int | Any, *, impl: str | None = None) -> KeyArray:
+    """A typed PRNG key (shape (), dtype key<fry>) from an integer seed: the data of `PRNGKey(seed)`, as
+    `jax.random.key`. Only `impl=None` or 'threefry2x32'."""
+    _check_impl(impl, "key")
+    return KeyArray(PRNGKey(seed))
+
+
+def _check_impl(impl: str | None, name: str) -> None:
+    if impl not in (None, "threefry2x32", "threefry"):
+        raise ValueError(at_user_line(f"{name}: fnx implements only threefry2x32, got impl={impl!r}"))
 
 
 def key_data(keys: Any) -> Array:
-    """The uint32 data of a key or an array of keys (the keys themselves in fnx)."""
+    """The uint32 data of a typed key array (shape + (2,)); a raw uint32 key is its own data."""
     return _key_array(keys, "key_data", batched=True)
 
 
-def wrap_key_data(key_bits_array: Any, *, impl: str | None = None) -> Array:
-    """A key from its uint32[2] data (the data itself in fnx; only `impl=None` or 'threefry2x32')."""
-    if impl not in (None, "threefry2x32"):
-        raise ValueError(at_user_line(f"wrap_key_data: fnx implements only threefry2x32, got impl={impl!r}"))
-    return _key_array(key_bits_array, "wrap_key_data", batched=True)
+def wrap_key_data(key_bits_array: Any, *, impl: str | None = None) -> KeyArray:
+    """A typed key array from uint32 data of shape (..., 2) (only `impl=None` or 'threefry2x32')."""
+    _check_impl(impl, "wrap_key_data")
+    if isinstance(key_bits_array, KeyArray):
+        raise TypeError(at_user_line("wrap_key_data: expected uint32 data, got a typed key array (use key_data)"))
+    return KeyArray(_key_array(key_bits_array, "wrap_key_data", batched=True))
+
+
+def key_dtype(impl: str | None = None) -> KeyDType:
+    """The dtype of typed keys, key<fry>."""
+    _check_impl(impl, "key_dtype")
+    return KEY_DTYPE
 
 
 # ---- the Threefry-2x32 hash (Salmon et al. 2011, 20 rounds) ----
@@ -216,7 +298,7 @@ def split(key: Any, num: int | Shape = 2) -> Array:
     """
     k = _key_array(key, "split")
     hi, lo = _hash_iota(k, _shape(num, "split"))
-    return jnp.stack([hi, lo], axis=-1)
+    return _typed_like(key, jnp.stack([hi, lo], axis=-1))
 
 
 @eager_op
@@ -232,7 +314,7 @@ def fold_in(key: Any, data: Any) -> Array:
         raise TypeError(at_user_line(f"fold_in: data must be a scalar, got shape {d.shape}; use vmap"))
     k0, k1 = _key_words(k)
     y0, y1 = _threefry_rounds(k0, k1, lax.to_array(_u32(0)), lax.convert_element_type(d, dtypes.uint32))
-    return jnp.stack([y0, y1])
+    return _typed_like(key, jnp.stack([y0, y1]))
 
 
 @eager_op
@@ -928,7 +1010,7 @@ def _int_dtype(dtype: Any, name: str) -> DType:
 @eager_op
 def clone(key: Any) -> Array:
     """A copy of `key` (JAX's key-reuse checker treats it as fresh; fnx keys are plain data, so this is the key)."""
-    return _key_array(key, "clone", batched=True)
+    return _typed_like(key, _key_array(key, "clone", batched=True))
 
 
 def key_impl(keys: Any) -> str:

@@ -67,10 +67,33 @@ def test_key_errors():
         random.randint(random.PRNGKey(0), (2,), 0, 5, jnp.float32)
 
 
-def test_key_aliases():
+def test_typed_keys_hold_prngkey_data():
     k = random.key(5)
+    assert k.shape == () and str(k.dtype) == "key<fry>"
     assert_bits_equal(random.key_data(k), random.PRNGKey(5))
-    assert_bits_equal(random.wrap_key_data(np.asarray(k)), k)
+    assert_bits_equal(random.key_data(random.wrap_key_data(np.asarray(random.key_data(k)))), random.PRNGKey(5))
+    assert_bits_equal(random.normal(k, (4,)), random.normal(random.PRNGKey(5), (4,)))  # same bits either way
+    with pytest.raises(TypeError, match="single PRNG key"):
+        random.normal(random.split(k, 2), (3,))
+
+
+def test_typed_keys_print_split_and_travel_as_jax():
+    jax = pytest.importorskip("jax")
+    k, jk = random.key(3), jax.random.key(3)
+    assert repr(k) == repr(jk) and repr(random.split(k, 3)) == repr(jax.random.split(jk, 3))
+    keys, jkeys = random.split(k, 4), jax.random.split(jk, 4)
+    assert isinstance(keys, random.KeyArray) and keys.shape == (4,) and len(list(keys)) == 4
+    for ours, theirs in [(keys[2], jkeys[2]), (random.fold_in(k, 9), jax.random.fold_in(jk, 9)),
+                         (random.clone(k), jax.random.clone(jk))]:
+        assert isinstance(ours, random.KeyArray)
+        assert_bits_equal(random.key_data(ours), np.asarray(jax.random.key_data(theirs)))
+    sample = lambda r: lambda key: r.uniform(r.fold_in(key, 1), (3,))  # noqa: E731
+    assert_bits_equal(fnx.jit(fnx.vmap(sample(random)))(keys), np.asarray(jax.jit(jax.vmap(sample(jax.random)))(jkeys)))
+    final, _ = fnx.lax.scan(lambda c, _: (random.split(c)[0], None), k, None, length=3)
+    jfinal, _ = jax.lax.scan(lambda c, _: (jax.random.split(c)[0], None), jk, None, length=3)
+    assert isinstance(final, random.KeyArray)
+    assert_bits_equal(random.key_data(final), np.asarray(jax.random.key_data(jfinal)))
+    assert random.key_dtype() == "key<fry>" and random.key_impl(k) == "threefry2x32"
 
 
 # ---- bit-exact agreement with jax.random ----
