@@ -36,7 +36,7 @@ def _square(a: Any, name: str) -> Array:
     a = jnp.asarray(a)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ShapeError(at_user_line(f"{name}: needs square matrices in the last two axes, got shape {a.shape}"))
-    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    if not jnp.issubdtype(a.dtype, jnp.inexact): a = a.astype(jnp.float32)  # (complex stays: see refuse_complex)
     return a
 
 
@@ -128,6 +128,7 @@ def solve(a: Any, b: Any) -> Array:
     matrices (numpy 2's and JAX's rule)."""
     a = _square(a, "solve")
     b = jnp.asarray(b)
+    if jnp.iscomplexobj(a) or jnp.iscomplexobj(b): return _complex_solve(a, b)
     vector = b.ndim == 1
     if b.shape[-1 if vector else -2] != a.shape[-1]:
         raise ShapeError(at_user_line(f"solve: a {a.shape} and b {b.shape} do not match (b needs {a.shape[-1]} "
@@ -140,6 +141,18 @@ def solve(a: Any, b: Any) -> Array:
     y = _triangular_solve(factors.lu, permuted, lower=True, unit_diagonal=True)
     x = _triangular_solve(factors.lu, y, lower=False, unit_diagonal=False)
     return x[..., 0] if vector else x
+
+
+def _complex_solve(a: Array, b: Array) -> Array:
+    """A complex system as the real one of twice its size: [[Ar, -Ai], [Ai, Ar]] [xr; xi] = [br; bi]."""
+    a = a.astype(jnp.result_type(a, b, 1j))
+    b = b.astype(a.dtype)
+    ar, ai, n, vector = jnp.real(a), jnp.imag(a), a.shape[-1], b.ndim == 1
+    big = jnp.concatenate([jnp.concatenate([ar, -ai], axis=-1), jnp.concatenate([ai, ar], axis=-1)], axis=-2)
+    rhs = jnp.concatenate([jnp.real(b), jnp.imag(b)], axis=-1 if vector else -2)
+    x = solve(big, rhs)
+    xr, xi = (x[..., :n], x[..., n:]) if vector else (x[..., :n, :], x[..., n:, :])
+    return lax.complex(xr, xi)
 
 
 @eager_op
@@ -656,7 +669,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
 # real-only algorithms: a complex argument is a TypeError (the products and norms above take complex values)
 refuse_complex(globals(), [n for n in __all__ if n not in (
     "cross", "diagonal", "matmul", "matrix_transpose", "multi_dot", "outer", "tensordot", "trace", "vecdot", "norm",
-    "vector_norm", "matrix_norm")], "fnx.numpy.linalg")
+    "vector_norm", "matrix_norm", "solve", "inv", "matrix_power")], "fnx.numpy.linalg")
 
 
 def __getattr__(name: str):

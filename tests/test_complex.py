@@ -125,6 +125,22 @@ def _add(a, index, value):
     return a
 
 
+def test_complex_linear_systems_match_numpy_and_their_gradients_jax():
+    a, b = _complex((2, 4, 4)), _complex((2, 4, 3))
+    a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.solve(a, b)), np.linalg.solve(a64, b64), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.solve(a[0], b[0, :, 0])), np.linalg.solve(a64[0], b64[0, :, 0]),
+                               rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.solve(a[0].real, b[0])), np.linalg.solve(a64[0].real, b64[0]),
+                               rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.inv(a)), np.linalg.inv(a64), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.matrix_power(a, -2)), np.linalg.matrix_power(a64, -2),
+                               rtol=2e-5, atol=2e-5)
+    f = lambda m: lambda x: m.sum(m.abs(m.linalg.solve(x, b[0])))  # noqa: E731
+    np.testing.assert_allclose(np.asarray(fnx.grad(f(jnp))(a[0])), np.asarray(jax.grad(f(J))(a[0])), rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_sorting_is_lexicographic_as_jax():
     s = np.array([1 + 2j, 1 + 1j, -1 + 5j, 1 + 1j, 0j, -1 - 5j], np.complex64)
     np.testing.assert_array_equal(np.asarray(jnp.sort(s)), np.asarray(J.sort(s)))
@@ -267,10 +283,10 @@ def test_from_several_threads():
 # ---- what fnx has no complex form of: a clear error, never the real part's answer ----
 
 @pytest.mark.parametrize("call", [
-    lambda z: jnp.linalg.inv(z[:, :3]), lambda z: jnp.linalg.solve(z[:, :3], z[:, 0]), lambda z: jnp.median(z),
+    lambda z: jnp.linalg.det(z[:, :3]), lambda z: jnp.linalg.eigh(z[:, :3]), lambda z: jnp.median(z),
     lambda z: jnp.max(z), lambda z: jnp.maximum(z, z), lambda z: jnp.less(z, z), lambda z: jnp.floor(z),
     lambda z: jnp.linalg.norm(z, 2), lambda z: fnx.scipy.linalg.expm(z[:, :3]), lambda z: z // 2],
-    ids=["inv", "solve", "median", "max", "maximum", "less", "floor", "spectral norm", "expm", "floor_divide"])
+    ids=["det", "eigh", "median", "max", "maximum", "less", "floor", "spectral norm", "expm", "floor_divide"])
 def test_functions_without_a_complex_form_raise(call):
     with warnings.catch_warnings():
         warnings.simplefilter("error", np.exceptions.ComplexWarning)  # never the real part silently
