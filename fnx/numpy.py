@@ -1007,6 +1007,21 @@ def _complex_product(x: Array, axes: Sequence[int], keepdims: bool = False) -> A
     return out.reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape))) if keepdims else out
 
 
+def _complex_extreme(name: str, x: Array, axes: tuple[int, ...], keepdims: bool, initial: Any, where_mask: Any,
+                     take_max: bool) -> Array:
+    """max/min of complex values in JAX's lexicographic order: the extreme real part, then the extreme imaginary
+    part among the elements that have it."""
+    if initial is not None or where_mask is not None:
+        raise NotImplementedError(at_user_line(f"{name}: initial= and where= with complex values are not "
+                                               "implemented in fnx yet"))
+    re, im = real_part(x), imag_part(x)
+    pick = max if take_max else min
+    best_re = pick(re, axis=axes, keepdims=True)
+    among = globals()["where"](re == best_re, im, _full(im, -np.inf if take_max else np.inf))
+    out = make_complex(best_re, pick(among, axis=axes, keepdims=True))
+    return out if keepdims else squeeze(out, axis=axes)
+
+
 def _extreme(name: str, take_max: bool):
     def fn(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, initial: Any = None,
            where: Any = None) -> Array:
@@ -1017,6 +1032,8 @@ def _extreme(name: str, take_max: bool):
                 raise ValueError(at_user_line(f"{name}: reduction with where= needs an initial value"))
             raise ValueError(at_user_line(f"{name}: zero-size array {shape_str(x)} reduced over axes {axes} "
                                           "has no identity; pass initial="))
+        if _dt(x).is_complex: return with_weak(_complex_extreme(name, x, axes, keepdims, initial, where, take_max),
+                                               False)
         key = x if take_max else lax._order_reversed(x)
         if where is not None:
             lowest = -np.inf if _dt(x).is_float else (False if _dt(x).is_bool else _dt(x).min)

@@ -252,6 +252,19 @@ COMPLEX_UFUNCS["arccos"] = lambda a: _add_real(COMPLEX_UFUNCS["negative"](COMPLE
 
 # ---- comparisons and predicates ----
 
+def _greater(a: Array, b: Array) -> Array:
+    """a > b in JAX's lexicographic order of complex numbers (the real parts, then the imaginary parts)."""
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    return (ar > br) | ((ar == br) & (ai > bi))
+
+
+COMPLEX_UFUNCS["greater"] = _greater
+COMPLEX_UFUNCS["less"] = lambda a, b: _greater(b, a)
+COMPLEX_UFUNCS["greater_equal"] = lambda a, b: ~_greater(b, a) & ~COMPLEX_UFUNCS["isnan"](a) & ~COMPLEX_UFUNCS["isnan"](b)
+COMPLEX_UFUNCS["less_equal"] = lambda a, b: COMPLEX_UFUNCS["greater_equal"](b, a)
+COMPLEX_UFUNCS["maximum"] = lambda a, b: jnp.where(_greater(b, a), b, a)
+COMPLEX_UFUNCS["minimum"] = lambda a, b: jnp.where(_greater(a, b), b, a)
+
 COMPLEX_UFUNCS["equal"] = lambda a, b: (real_part(a) == real_part(b)) & (imag_part(a) == imag_part(b))
 COMPLEX_UFUNCS["not_equal"] = lambda a, b: (real_part(a) != real_part(b)) | (imag_part(a) != imag_part(b))
 COMPLEX_UFUNCS["isnan"] = lambda a: jnp.isnan(real_part(a)) | jnp.isnan(imag_part(a))

@@ -141,8 +141,15 @@ def test_complex_linear_systems_match_numpy_and_their_gradients_jax():
                                atol=1e-5)
 
 
-def test_sorting_is_lexicographic_as_jax():
+def test_orderings_are_lexicographic_as_jax():
     s = np.array([1 + 2j, 1 + 1j, -1 + 5j, 1 + 1j, 0j, -1 - 5j], np.complex64)
+    grid = s.reshape(2, 3)
+    for name in ("max", "min"):
+        for axis in (None, 0, 1):
+            np.testing.assert_array_equal(np.asarray(getattr(jnp, name)(grid, axis=axis)),
+                                          np.asarray(getattr(J, name)(grid, axis=axis)))
+    for name in ("maximum", "minimum", "less", "greater", "less_equal", "greater_equal"):
+        np.testing.assert_array_equal(np.asarray(getattr(jnp, name)(s, s[::-1])), np.asarray(getattr(J, name)(s, s[::-1])))
     np.testing.assert_array_equal(np.asarray(jnp.sort(s)), np.asarray(J.sort(s)))
     np.testing.assert_array_equal(np.asarray(jnp.argsort(s)), np.asarray(J.argsort(s)))
     np.testing.assert_array_equal(np.asarray(jnp.sort(s, descending=True)), np.asarray(J.sort(s, descending=True)))
@@ -284,9 +291,9 @@ def test_from_several_threads():
 
 @pytest.mark.parametrize("call", [
     lambda z: jnp.linalg.det(z[:, :3]), lambda z: jnp.linalg.eigh(z[:, :3]), lambda z: jnp.median(z),
-    lambda z: jnp.max(z), lambda z: jnp.maximum(z, z), lambda z: jnp.less(z, z), lambda z: jnp.floor(z),
+    lambda z: jnp.argmax(z), lambda z: jnp.fmax(z, z), lambda z: lax.lt(z, z), lambda z: jnp.floor(z),
     lambda z: jnp.linalg.norm(z, 2), lambda z: fnx.scipy.linalg.expm(z[:, :3]), lambda z: z // 2],
-    ids=["det", "eigh", "median", "max", "maximum", "less", "floor", "spectral norm", "expm", "floor_divide"])
+    ids=["det", "eigh", "median", "argmax", "fmax", "lax.lt", "floor", "spectral norm", "expm", "floor_divide"])
 def test_functions_without_a_complex_form_raise(call):
     with warnings.catch_warnings():
         warnings.simplefilter("error", np.exceptions.ComplexWarning)  # never the real part silently
