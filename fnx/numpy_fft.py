@@ -127,22 +127,20 @@ def _along(x: Array, axis: int, inverse: bool, scale: float, real_input: bool = 
 
 # ---- one-dimensional transforms ----
 
-@eager_op
-def fft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
-    """The discrete Fourier transform along `axis` (length n: cut or zero-padded), as numpy.fft.fft."""
-    x = _operand(a, "fft")
-    axis = _axis(axis, x.ndim, "fft")
-    x = _resized(x, n, axis, "fft")
-    return _along(x, axis, False, _norm_scale(norm, x.shape[axis], False, "fft"))
+def _one_dimensional(name: str, inverse: bool, doc: str):
+    def transform(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
+        x = _operand(a, name)
+        axis = _axis(axis, x.ndim, name)
+        x = _resized(x, n, axis, name)
+        return _along(x, axis, inverse, _norm_scale(norm, x.shape[axis], inverse, name))
+    transform.__name__ = transform.__qualname__ = name
+    transform.__doc__ = doc
+    return eager_op(transform)
 
 
-@eager_op
-def ifft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
-    """The inverse discrete Fourier transform along `axis`, as numpy.fft.ifft."""
-    x = _operand(a, "ifft")
-    axis = _axis(axis, x.ndim, "ifft")
-    x = _resized(x, n, axis, "ifft")
-    return _along(x, axis, True, _norm_scale(norm, x.shape[axis], True, "ifft"))
+fft = _one_dimensional("fft", False, "The discrete Fourier transform along `axis` (length n: cut or zero-padded), "
+                                     "as numpy.fft.fft.")
+ifft = _one_dimensional("ifft", True, "The inverse discrete Fourier transform along `axis`, as numpy.fft.ifft.")
 
 
 @eager_op
