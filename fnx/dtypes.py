@@ -33,10 +33,10 @@ import numpy as np
 from fnx.config import config
 
 __all__ = [
-    "DType", "DTYPES", "COMPLEX_DTYPES", "ALL_DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "to_dtype", "from_numpy", "promote_types", "result_type",
-    "canonicalize_scalar", "finfo", "iinfo", "default_int", "default_float", "x64_enabled", "enable_x64",
-    "canonicalize", "requested",
+    "DType", "DTYPES", "COMPLEX_DTYPES", "ALL_DTYPES", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16",
+    "uint32", "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "to_dtype",
+    "from_numpy", "promote_types", "result_type", "canonicalize_scalar", "finfo", "iinfo", "default_int",
+    "default_float", "default_complex", "complex_of", "x64_enabled", "enable_x64", "canonicalize", "requested",
 ]
 
 

@@ -16,8 +16,8 @@ import numpy as np
 from fnx import dtypes, tree_util
 from fnx.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401  (jax.lax's control flow)
 from fnx.errors import ConcretizationError, ShapeError, UnsupportedError, at_user_line
-from fnx.trace import (Array, alu, cast, complex_ufunc, eager_op, join, movement, negate, normalize_axes, promote, shape_str, state,
-                       with_weak)
+from fnx.trace import (Array, alu, cast, complex_ufunc, eager_op, join, movement, negate, normalize_axes, promote,
+                       shape_str, state, with_weak)
 from fnx.trace import constant_array, to_array  # noqa: F401  (public here too: fnx.lax.to_array)
 from fnx.uop import CollectiveArg, GroupOp, IotaArg, Ops, ReduceArg, ScatterArg, UOp
 
@@ -612,7 +612,8 @@ def pmean(x, axis_name: Any):
     """The mean of x over the named axis `axis_name` (or a tuple of names)."""
     size = _total_size(axis_name, "pmean")
     return tree_util.tree_map(lambda leaf: div(_collective("psum", leaf, axis_name), float(size))
-                              if to_array(leaf).uop.dtype.is_inexact else _collective("psum", leaf, axis_name) // size, x)
+                              if to_array(leaf).uop.dtype.is_inexact
+                              else _collective("psum", leaf, axis_name) // size, x)
 
 
 @eager_op

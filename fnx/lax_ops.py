@@ -33,11 +33,13 @@ from fnx import dtypes, tree_util
 from fnx import lax as _lax
 from fnx.control_flow import scan
 from fnx.errors import ShapeError, UnsupportedError, at_user_line
-from fnx.trace import Array, cast, complex_ufunc, conjugate, eager_op, imag_part, make_complex, real_part, normalize_axes, promote, shape_str, to_array, with_weak
+from fnx.trace import (Array, cast, complex_ufunc, conjugate, eager_op, imag_part, make_complex, normalize_axes,
+                       promote, real_part, shape_str, to_array, with_weak)
 from fnx.transforms.custom import custom_jvp
 
 __all__ = [
-    "complex", "real", "imag", "conj", "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
+    "complex", "real", "imag", "conj",
+    "DotDimensionNumbers", "GatherScatterMode", "Precision", "PrecisionLike", "RoundingMethod", "abs", "acos",
     "acosh", "add", "asin", "asinh", "associative_scan", "atan", "atan2", "atanh", "batch_matmul", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast", "broadcast_shapes", "broadcast_to_rank", "cbrt",
     "ceil", "clamp", "clz", "collapse", "cos", "cosh", "cumlogsumexp", "cummax", "cummin", "digamma", "div", "dot",

@@ -260,7 +260,8 @@ def _greater(a: Array, b: Array) -> Array:
 
 COMPLEX_UFUNCS["greater"] = _greater
 COMPLEX_UFUNCS["less"] = lambda a, b: _greater(b, a)
-COMPLEX_UFUNCS["greater_equal"] = lambda a, b: ~_greater(b, a) & ~COMPLEX_UFUNCS["isnan"](a) & ~COMPLEX_UFUNCS["isnan"](b)
+COMPLEX_UFUNCS["greater_equal"] = lambda a, b: (~_greater(b, a) & ~COMPLEX_UFUNCS["isnan"](a)
+                                                & ~COMPLEX_UFUNCS["isnan"](b))
 COMPLEX_UFUNCS["less_equal"] = lambda a, b: COMPLEX_UFUNCS["greater_equal"](b, a)
 COMPLEX_UFUNCS["maximum"] = lambda a, b: jnp.where(_greater(b, a), b, a)
 COMPLEX_UFUNCS["minimum"] = lambda a, b: jnp.where(_greater(a, b), b, a)

@@ -46,12 +46,12 @@ from fnx.errors import at_user_line
 from fnx.trace import Array, Traced, eager_op, inline, state, trace
 from fnx.transforms.custom import custom_jvp  # gamma's derivative in alpha (implicit reparameterization)
 
-__all__ = ["PRNGKey", "key", "key_data", "key_dtype", "KeyArray", "wrap_key_data", "threefry_2x32", "split", "fold_in", "bits", "uniform",
-           "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical", "permutation", "choice",
-           "ball", "beta", "binomial", "cauchy", "chisquare", "clone", "dirichlet", "double_sided_maxwell",
-           "exponential", "f", "gamma", "generalized_normal", "geometric", "key_impl", "laplace", "loggamma",
-           "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal", "orthogonal", "pareto",
-           "poisson", "rademacher", "rayleigh", "t", "triangular", "wald", "weibull_min"]
+__all__ = ["PRNGKey", "key", "key_data", "key_dtype", "KeyArray", "wrap_key_data", "threefry_2x32", "split", "fold_in",
+           "bits", "uniform", "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical",
+           "permutation", "choice", "ball", "beta", "binomial", "cauchy", "chisquare", "clone", "dirichlet",
+           "double_sided_maxwell", "exponential", "f", "gamma", "generalized_normal", "geometric", "key_impl",
+           "laplace", "loggamma", "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal",
+           "orthogonal", "pareto", "poisson", "rademacher", "rayleigh", "t", "triangular", "wald", "weibull_min"]
 
 Shape = Sequence[int]
 

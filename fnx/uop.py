@@ -389,7 +389,8 @@ def _infer_shape(u: UOp) -> Shape | None:
     if op is Ops.REDUCE:
         reduce_op, axes = arg.op, arg.axes
         if reduce_op not in (Ops.ADD, Ops.MAX, Ops.MUL): raise _fail(op, f"cannot reduce with {reduce_op}", x)
-        if x.dtype.is_complex and reduce_op is not Ops.ADD: raise _fail(op, f"cannot reduce complex with {reduce_op}", x)
+        if x.dtype.is_complex and reduce_op is not Ops.ADD:
+            raise _fail(op, f"cannot reduce complex values with {reduce_op}", x)
         _check_axes(op, axes, x.ndim, x)
         return tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     if op in GroupOp.ALU: return _alu_shape(u)

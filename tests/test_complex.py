@@ -107,7 +107,8 @@ def test_reductions_products_and_movement(device):
              (z[jnp.array([2, 0])], zz[[2, 0]]), (z.at[1, 2].set(5 - 5j), _set(zz, (1, 2), 5 - 5j)),
              (z.at[0].add(1j), _add(zz, 0, 1j)), (jnp.outer(z[0], w[1]), np.outer(zz[0], ww[1])),
              (jnp.linalg.vecdot(z, w), np.vecdot(zz, ww)), (jnp.sort_complex(z[0]), np.sort_complex(zz[0])),
-             (jnp.prod(z, axis=1), zz.prod(1)), (jnp.cumprod(z, axis=1), zz.cumprod(1)), (jnp.prod(z[:, :3]), zz[:, :3].prod()),
+             (jnp.prod(z, axis=1), zz.prod(1)), (jnp.cumprod(z, axis=1), zz.cumprod(1)),
+             (jnp.prod(z[:, :3]), zz[:, :3].prod()),
              (jnp.round(z * 3, 1), np.round(zz * 3, 1)), (jnp.isclose(z, z + 1e-3j), np.isclose(zz, zz + 1e-3j))]
     for got, want in cases:
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-6)
@@ -149,7 +150,8 @@ def test_orderings_are_lexicographic_as_jax():
             np.testing.assert_array_equal(np.asarray(getattr(jnp, name)(grid, axis=axis)),
                                           np.asarray(getattr(J, name)(grid, axis=axis)))
     for name in ("maximum", "minimum", "less", "greater", "less_equal", "greater_equal"):
-        np.testing.assert_array_equal(np.asarray(getattr(jnp, name)(s, s[::-1])), np.asarray(getattr(J, name)(s, s[::-1])))
+        np.testing.assert_array_equal(np.asarray(getattr(jnp, name)(s, s[::-1])),
+                                      np.asarray(getattr(J, name)(s, s[::-1])))
     np.testing.assert_array_equal(np.asarray(jnp.sort(s)), np.asarray(J.sort(s)))
     np.testing.assert_array_equal(np.asarray(jnp.argsort(s)), np.asarray(J.argsort(s)))
     np.testing.assert_array_equal(np.asarray(jnp.sort(s, descending=True)), np.asarray(J.sort(s, descending=True)))

@@ -3,8 +3,9 @@
 The frontend computes on complex numbers through their parts (REAL, IMAG, COMPLEX; docs/COMPLEX.md), so a graph
 holds complex values only in the ops that move or add them: inputs, constants, movement ops, INDEX, SCATTER (set,
 add), ADD, REDUCE(ADD), WHERE, CAST, markers and collectives (the ones transforms build: a cotangent accumulates
-with ADD, a broadcast's transposes to a REDUCE). Each of those is the same op on the value's (..., 2) float view, numpy's
-memory layout of a complex array (real part first), so the kernel compiler and every backend see floats only.
+with ADD, a broadcast's transposes to a REDUCE). Each of those is the same op on the value's (..., 2) float view,
+numpy's memory layout of a complex array (real part first), so the kernel compiler and every backend see floats
+only.
 
 `split_complex` rewrites the top level of a FUNCTION; `complex_buffers` then gives the schedule's buffers of
 complex inputs and outputs their complex type back (the same bytes), so callers pass and receive complex arrays.
@@ -84,7 +85,8 @@ class _Split:
         if op is Ops.ADD: return UOp(op, comp, (self.pairs[u.src[0]], self.pairs[u.src[1]]))
         if op is Ops.SCATTER and arg.mode in ("set", "add"):
             return UOp(op, comp, (self.pairs[u.src[0]], self.real(u.src[1]), self.pairs[u.src[2]]), arg)
-        if op is Ops.REDUCE and arg.op is Ops.ADD: return UOp(op, comp, (self.pairs[u.src[0]],), ReduceArg(Ops.ADD, arg.axes))
+        if op is Ops.REDUCE and arg.op is Ops.ADD:
+            return UOp(op, comp, (self.pairs[u.src[0]],), ReduceArg(Ops.ADD, arg.axes))
         if op is Ops.WHERE:
             cond = self.real(u.src[0])
             wide = UOp(Ops.EXPAND, cond.dtype, (UOp(Ops.RESHAPE, cond.dtype, (cond,), shape + (1,)),), view)
