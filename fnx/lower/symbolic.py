@@ -51,6 +51,8 @@ algebra = PatternMatcher([
     (UPat(Ops.CAST, name="c", predicate=lambda u: u.dtype == u.src[0].dtype), lambda c: c.src[0]),
     (UPat(Ops.AND, src=(UPat.var("x"), UPat.const(True)), commutative=True),
      lambda x: x if x.dtype.is_bool else None),
+    (UPat(Ops.AND, src=(UPat.var("x"), UPat.const(False, "f")), commutative=True),
+     lambda x, f: f if x.dtype.is_bool and x.shape == f.shape else None),
     # a bool cast to a number and compared with zero is the bool itself (where(x > 0, ...) on float masks)
     (UPat(Ops.CMPNE, src=(UPat(Ops.CAST, name="c"), UPat.const(0))),
      lambda c: c.src[0] if c.src[0].dtype.is_bool else None),

@@ -98,7 +98,8 @@ def _check(name, choose):
 
 
 SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1, 7), Opt("UPCAST", 0, 2),
-          Opt("UPCAST", 0, 3), Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
+          Opt("UPCAST", 0, 3), Opt("UPCAST", 0, 5), Opt("UPCAST", -2, 7),  # (5 and 7 leave clamped remainders)
+          Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
           Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7)]
 
 
@@ -191,7 +192,7 @@ def test_actions_that_break_independence_are_refused():
         with pytest.raises(OptError):
             apply_opt(acc, bad)
     with pytest.raises(OptError):
-        apply_opt(kernel, Opt("UPCAST", 0, 7))     # 7 does not divide 24
+        apply_opt(kernel, Opt("UNROLL", 2, 7))     # 7 does not divide 40 (an UPCAST by 7 clamps its remainder)
 
 
 def test_beam_search_caches_a_schedule_no_slower_than_the_heuristic(tmp_path, monkeypatch, capsys):
