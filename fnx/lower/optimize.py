@@ -248,8 +248,13 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
     copy = UOp(Ops.SINK, dtypes.bool_, (UOp(Ops.STORE, dtypes.bool_, (panels, (jo * depth + kk) * width + p,
                                                                        value)),))
     args = k.args + [-1 - len(k.prelude)]  # a placeholder: optimize() gives the panels a buffer of the schedule
-    # rows of the operand outermost: the copy reads it in order and writes one stream per panel
-    pack = Kernel(f"{k.name}_pack{len(k.prelude)}", simplify_kernel(copy), args, [kk, jo, p], [])
+    # the copy reads the operand in memory order: k outermost when the panel's columns are its unit-stride loop
+    # (B of a @ b: one stream per panel), else panel by panel and column by column (A, whose rows walk k: each
+    # panel, P rows, is written within a few KiB that stay in L1)
+    rows_first = any(_stride(ld.src[1], n) == 1 for ld in b.toposort if ld.op is Ops.LOAD)
+    order = [kk, jo, p] if rows_first or not any(_stride(ld.src[1], red) == 1 for ld in b.toposort
+                                                 if ld.op is Ops.LOAD) else [jo, p, kk]
+    pack = Kernel(f"{k.name}_pack{len(k.prelude)}", simplify_kernel(copy), args, order, [])
     read = UOp(Ops.LOAD, b.dtype, (panels, (n // width * depth + red) * width + n % width))
     return replace(k, sink=simplify_kernel(substitute(k.sink, {b: read})), args=args, prelude=k.prelude + (pack,))
 
@@ -492,6 +497,9 @@ MAX_BLOCK_ROWS = 12  # rows of a register block (_block_rows)
 MAX_ACCUMULATORS = 16  # vector accumulators of a register block: half of AVX-512's registers
 PACK_REUSE = 512     # rows that read B's panels: from here packing B costs under ~10% of the matmul and wins
                      # 15-100% (measured at 512..4096: 250-350 vs 120-290 GFLOP/s); at 256 rows it loses
+PACK_A_REUSE = 8     # column blocks that read A's k-slab again: from here A is packed too, a register block's rows
+                     # interleaved ([rows / R][k][R]: one stream instead of R rows a row stride apart); on the AVX2
+                     # EPYC 4096² (16 blocks) went 160 -> 178 GFLOP/s, 1024² (4 blocks) gained nothing net
 
 
 def _rows(k: Kernel) -> int:
@@ -545,7 +553,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
     store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)
     red = k.reduce_ranges[-1] if k.reduce_ranges else None
     loads = _loads(k)
-    thread_axis = 0
+    thread_axis, pack_a = 0, 0
     # matmul-like: every reduction walks some operand with a stride while the output loop walks it contiguously
     # (one matmul, or several summed in one kernel as in h @ wh + x @ wx): lanes along the output loop
     matmul = (red is not None and len(stores) == 1 and store_unit
@@ -590,7 +598,14 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 # column blocks: the k-slab of B for `block` panels stays in L2 while every row block walks it
                 opts += [Opt("SPLIT", n_out - 1, block), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
+                pack_a = up if up > 1 and panels // block >= PACK_A_REUSE else 0
         opts = _pack_first(k, opts, pack_always=packed)
+        if pack_a and opts[0].op == "PACK":
+            try:
+                apply_opt(apply_opt(k, opts[0]), Opt("PACK", len(k.ranges) - 2, pack_a))
+                opts.insert(1, Opt("PACK", len(k.ranges) - 2, pack_a))
+            except OptError:
+                pass
     else:
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and

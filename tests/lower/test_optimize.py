@@ -100,7 +100,8 @@ def _check(name, choose):
 SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1, 7), Opt("UPCAST", 0, 2),
           Opt("UPCAST", 0, 3), Opt("UPCAST", 0, 5), Opt("UPCAST", -2, 7),  # (5 and 7 leave clamped remainders)
           Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
-          Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7)]
+          Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7),
+          Opt("PACK", 0, 5)]  # (A of a matmul, in panels of 5 rows)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -153,6 +154,25 @@ def test_heuristics_pack_b_into_panels(transposed):
     want = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
     got = _run(lowered.traced.fn, [a, b], lambda k, t: None)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_large_matmul_packs_a_and_blocks_rows_past_a_remainder():
+    """A matmul whose A slab is read by many column blocks (a small L2 makes them many here) packs A as well,
+    in panels of the register block's rows; 6 rows (AVX2's 6 x 16 block) do not divide 514 rows, so the last
+    block computes its last 2 rows again and stores none of them. The product matches numpy in float64."""
+    a = RNG.standard_normal((514, 384)).astype(np.float32)
+    b = RNG.standard_normal((384, 1024)).astype(np.float32)
+    lowered = fnx.jit(lambda a, b: a @ b).lower(jnp.asarray(a), jnp.asarray(b))
+    small_l2 = replace(TARGET, vector_bytes=32, vector_registers=16, l2_bytes=64 << 10)  # AVX2-like (heuristics)
+    chosen = []
+
+    def choose(k, t):
+        chosen.append(heuristic_opts(k, small_l2))
+        return chosen[-1]
+    got = _run(lowered.traced.fn, [a, b], choose)[0]
+    matmul = next(o for o in chosen if any(x.op == "ACCUMULATE" for x in o))
+    assert matmul[:2] == [Opt("PACK", 1, 16), Opt("PACK", 0, 6)] and Opt("UPCAST", 1, 6) in matmul, matmul
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
