@@ -474,6 +474,13 @@ def _row_block(rows: int, most: int, vectors: int) -> int:
 COLUMN_BLOCK_MAX = 256 << 10  # bytes of B's k-slab per column block at most (the largest measured on the Xeon)
 
 
+def _block_cost(target: Target, rows: int, vectors: int, per_row: int) -> int:
+    """The estimated cost of a matmul whose output is `rows` x `vectors` registers, in register blocks of
+    `per_row` vectors a row (and _row_block's rows), per k step (see _row_block)."""
+    up = _row_block(rows, _block_rows(target, per_row), per_row)
+    return -(-rows // up) * (vectors // per_row) * max(up * per_row, up + per_row, FMA_IN_FLIGHT)
+
+
 def _column_block(target: Target, panel_bytes: int) -> int:
     """Vector panels of B per column block (a power of two): the block's k-slab, ACC_K rows of `panel_bytes` per
     panel, fills half of L2, at most COLUMN_BLOCK_MAX, so it stays there while every row block walks it; each row
@@ -581,11 +588,14 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
             thread_axis = 1
         # two vectors per row inside k-slabs (measured 186 vs 166 GFLOP/s at 1024²); one without them (122 vs 89:
         # unblocked, the wider panel's rows thrash L1 when B's row stride is a multiple of 2 KiB)
-        # from contiguous panels (PACK) without k-slabs: four vectors a row, four rows (dW1 of the W4 step: the
-        # step 2.11 -> 1.87 ms); with k-slabs that loses (1024²: 338 vs 351 GFLOP/s)
+        # from contiguous panels (PACK) without k-slabs: the vectors a row that _block_cost finds cheapest (dW1 of
+        # the W4 step: on AVX-512 four vectors x four rows, the step 2.11 -> 1.87 ms; on AVX2 two x six, 3.8 ->
+        # 3.4 ms); with k-slabs four lose (1024² on AVX-512: 338 vs 351 GFLOP/s)
         pack = packed or _rows(k) >= PACK_REUSE
         if thread_axis and inner.arg.size % (2 * w) == 0: w *= 2
-        elif pack and inner.arg.size % (4 * w) == 0 and lane_bytes == 4 and _block_rows(target, 4) >= 4: w *= 4
+        elif pack and lane_bytes == 4 and n_out >= 2 and inner.arg.size % w == 0:
+            widths = [v for v in (4, 2, 1) if inner.arg.size % (v * w) == 0]
+            w *= min(widths, key=lambda v: _block_cost(target, k.ranges[-2].arg.size, inner.arg.size // w, v))
         elif inner.arg.size < w: w = 1 << (inner.arg.size - 1).bit_length()  # one masked vector per row
         opts.append(Opt("VECTORIZE", n_out - 1, w))
         if n_out - thread_axis >= 2:
