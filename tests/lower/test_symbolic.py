@@ -256,6 +256,18 @@ def test_nested_div_merges():
     assert_same_everywhere(e, simple, [r])
 
 
+def test_div_mod_factor_out_what_a_register_block_leaves_under_them():
+    """Row 6 * b + i of a (4, 16, 8) input read as 64 rows of 8 (register blocks of 6 rows, which do not divide
+    16): (48 * b + 8 * i + k) // 128 and % 128 keep a division, but none that depends on the reduce loop k."""
+    b, k = rng(0, 11), rng(1, 8)
+    for i in range(6):
+        flat = b * 48 + (k + 8 * i)
+        for e in (flat // 128, flat % 128, flat // 128 * 128 + flat % 128):
+            simple = simplify_kernel(e)
+            assert_same_everywhere(e, simple, [b, k])
+            assert not any(u.op in (Ops.DIV, Ops.MOD) and k in u.toposort for u in simple.toposort), (i, e)
+
+
 def test_div_mod_keep_what_they_must():
     r, s = rng(0, 5), rng(1, 6)
     e = (r * 4 + s) // 4     # s can reach 5: the division stays
