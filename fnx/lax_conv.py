@@ -2,11 +2,13 @@
 conv_transpose), with JAX's dimension numbers.
 
 A convolution is composed of ops fnx already has, so jvp, grad and vmap come from their rules: the input is
-padded (lhs dilation is interior padding), each of the kernel's K window offsets is one strided slice of it
-(im2col, K slices of the output's size), and the stack of slices is contracted with the kernel by dot_general
-over (input channels, window) with the feature groups as a batch axis. The compiler fuses the slices into the
-contraction's loads (docs/LOWERING.md), so the K-fold patch tensor is not written to memory when the kernel is
-small; making the result as fast as a tuned convolution is the performance issue's part.
+padded (lhs dilation is interior padding), its windows are a view built of movement ops alone (`_windows`:
+(N, C, S...) -> (N, C, K..., O...), every index affine in the window offset and the output position), and that
+view is contracted with the kernel by dot_general over (input channels, window axes), the feature groups a
+batch axis. The window axes stay apart from each other and from the output's, so the product reads the input
+in place, an implicit GEMM, and its gradient adds the windows back with the same affine indices. (A stack of K
+strided slices, the first form, selected per tap and per element: the W11 convnet step took 25.8 ms with it,
+14.7 ms with the view, on the AVX2 EPYC.)
 
     >>> x = jnp.ones((1, 1, 4, 4)); w = jnp.ones((1, 1, 3, 3))
     >>> fnx.lax.conv(x, w, (1, 1), "VALID")[0, 0]
@@ -15,7 +17,6 @@ small; making the result as fast as a tuned convolution is the performance issue
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -139,18 +140,39 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
     dtype = x.dtype if preferred_element_type is None else preferred_element_type
     if 0 in outs or 0 in x.shape[:2] or 0 in window:
         return lax.transpose(lax.full((batch, out_features, *outs), 0, dtype), _inverse(spec.out_spec))
-    patches = [lax.slice(x, [0, 0, *(k * d for k, d in zip(offset, rhs_dilation))],
-                         [batch, features, *(k * d + (o - 1) * s + 1
-                                             for k, d, o, s in zip(offset, rhs_dilation, outs, strides))],
-                         [1, 1, *strides])
-               for offset in itertools.product(*(range(k) for k in window))]
-    positions, taps = math.prod(outs), len(patches)
-    stacked = lax.concatenate([lax.reshape(p, (batch, groups, group_features, 1, positions)) for p in patches], 3)
-    kernel = lax.reshape(w, (groups, out_features // groups, group_features, taps))
-    out = lax.dot_general(stacked, kernel, (((2, 3), (2, 3)), ((1,), (0,))),
-                          preferred_element_type=preferred_element_type)  # (G, N, P, O / G)
-    out = lax.reshape(lax.transpose(out, (1, 0, 3, 2)), (batch, out_features, *outs))
+    stacked = lax.reshape(_windows(x, window, rhs_dilation, strides, outs),
+                          (batch, groups, group_features, *window, *outs))
+    kernel = lax.reshape(w, (groups, out_features // groups, group_features, *window))
+    contract = tuple(range(2, 3 + nsp))  # (input features and the window's axes: kept apart, the indices affine)
+    out = lax.dot_general(stacked, kernel, ((contract, contract), ((1,), (0,))),
+                          preferred_element_type=preferred_element_type)  # (G, N, O..., O / G)
+    out = lax.transpose(out, (1, 0, 2 + nsp, *range(2, 2 + nsp)))
+    out = lax.reshape(out, (batch, out_features, *outs))
     return lax.transpose(out, _inverse(spec.out_spec))
+
+
+def _windows(x: Array, window: Sequence[int], dilation: Sequence[int], strides: Sequence[int],
+             outs: Sequence[int]) -> Array:
+    """The input's windows as a view: (N, C, S...) -> (N, C, K..., O...) with [.., k, .., o, ..] = x[.., k * d +
+    o * s, ..] per spatial axis, built of movement ops only (no copies, no selects), so every index the compiler
+    sees is affine in (k, o) and the convolution's product reads the input in place (an implicit GEMM).
+
+    Per axis of length n: repeat it k times, (k, n) -> k * n; pad to k * (n + d); read as k rows of n + d, where
+    row r starts r * d further on: [r, j] = x[r * d + j] for j < n - r * d, which covers every o * s + r * d a
+    window reaches. (A stack of k strided slices was a select per tap, per element.)"""
+    nsp = len(window)
+    for i, (k, d, s, o) in enumerate(zip(window, dilation, strides, outs)):
+        axis = 2 + 2 * i  # (the axes before it are N, C and the (K, O) pairs done so far)
+        shape, n = x.shape, x.shape[axis]
+        x = lax.broadcast_in_dim(x, (*shape[:axis], k, *shape[axis:]),
+                                 tuple(a if a < axis else a + 1 for a in range(len(shape))))
+        x = lax.reshape(x, (*shape[:axis], k * n, *shape[axis + 1:]))
+        x = lax.pad(x, 0, [(0, 0, 0)] * axis + [(0, k * d, 0)] + [(0, 0, 0)] * (len(shape) - axis - 1))
+        x = lax.reshape(x, (*shape[:axis], k, n + d, *shape[axis + 1:]))
+        x = lax.slice(x, [0] * (axis + 1) + [0] + [0] * (len(shape) - axis - 1),
+                      [*shape[:axis], k, (o - 1) * s + 1, *shape[axis + 1:]],
+                      [1] * (axis + 1) + [s] + [1] * (len(shape) - axis - 1))
+    return lax.transpose(x, (0, 1, *(2 + 2 * i for i in range(nsp)), *(3 + 2 * i for i in range(nsp))))
 
 
 def _per_axis(values: Sequence[int] | None, n: int, name: str) -> tuple[int, ...]:
