@@ -1,4 +1,4 @@
-"""A SCAN whose body is small runs as one native loop: the body's kernels and a driver function that calls them
+"""A SCAN or WHILE whose body is small runs as one native loop: the body's kernels and a driver function that calls them
 once per step, compiled together, so a step costs a few function calls instead of a round trip through Python
 (the host loop in control.py costs 20-50 us per step).
 
@@ -16,12 +16,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from fnx import dtypes
 from fnx.backends.control import body_function, operands
 from fnx.backends.llvm_render import render_module
 from fnx.lower.optimize import MIN_PARALLEL_WORK
 from fnx.lower.pipeline import lower
 from fnx.lower.rangeify import HostStep
-from fnx.uop import UOp
+from fnx.rewrite import substitute
+from fnx.uop import Ops, UOp
 
 
 _NOINLINE = 1000  # the attribute group of the driver's kernel calls (render_module's groups are numbered from 0)
@@ -36,7 +38,7 @@ class ScanProgram:
         proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
         self.driver = proto(self.engine.get_function_address("scan_driver"))
 
-    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: list[np.ndarray], prepare=None) -> list[np.ndarray]:
         ncarry, length, nxs = self.node.arg.ncarry, self.node.arg.length, self.node.arg.nxs
         body, schedule = self.node.src[0], self.lowering.schedule
         carry = [np.array(c, copy=True).reshape(-1) for c in inputs[:ncarry]]
@@ -76,11 +78,7 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
     inter = [i for i, spec in enumerate(schedule.buffers) if spec.kind == "intermediate"]
     table += [("intermediate", i) for i in inter]
     lines = ["define void @scan_driver(ptr %table, i64 %length) {", "entry:"]
-    base = {}
-    for n, entry in enumerate(table):
-        lines.append(f"  %e{n} = getelementptr i64, ptr %table, i64 {n}")
-        lines.append(f"  %a{n} = load i64, ptr %e{n}")
-        base[entry] = f"%a{n}"
+    base = _load_table(table, lines)
     lines += ["  %go = icmp slt i64 0, %length", "  br i1 %go, label %loop, label %done", "loop:",
               "  %t = phi i64 [0, %entry], [%t.next, %loop]",
               "  %odd = and i64 %t, 1", "  %even = icmp eq i64 %odd, 0"]
@@ -109,6 +107,26 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
         address[ncarry + nxs + k] = base[("free", k)]
     for i in inter:
         address.setdefault(i, base[("intermediate", i)])
+    _calls(kernels, address, lines)
+    lines += ["  %t.next = add i64 %t, 1", "  %more = icmp slt i64 %t.next, %length",
+              "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}",
+              f"attributes #{_NOINLINE} = {{ noinline }}"]
+    source = render_module(kernels) + "\n\n" + "\n".join(lines)
+    return ScanProgram(node, lowering, source, table, compiler)
+
+
+def _load_table(table: list, lines: list[str]) -> dict:
+    """Load each entry of the driver's address table (its argument %table); {entry: the LLVM value}."""
+    base = {}
+    for n, entry in enumerate(table):
+        lines.append(f"  %e{n} = getelementptr i64, ptr %table, i64 {n}")
+        lines.append(f"  %a{n} = load i64, ptr %e{n}")
+        base[entry] = f"%a{n}"
+    return base
+
+
+def _calls(kernels: list, address: dict[int, str], lines: list[str]) -> None:
+    """One call per body kernel, each buffer argument at the address `address` gives its schedule buffer."""
     for n, (kernel, _) in enumerate(kernels):
         args = []
         for a, b in enumerate(kernel.args or [0]):
@@ -119,8 +137,71 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
         # carry's buffer is written in one step and read in the next, LLVM moved loads across those steps and
         # jnp.linalg.solve of a float64 5 x 5 matrix gave NaNs on AVX-512)
         lines.append(f"  call void @{kernel.name}({', '.join(args)}, i64 0, i64 {end}) #{_NOINLINE}")
-    lines += ["  %t.next = add i64 %t, 1", "  %more = icmp slt i64 %t.next, %length",
-              "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}",
+
+
+class WhileProgram:
+    """The compiled loop of one WHILE node: a driver that runs the body's kernels, then the condition's on the new
+    carry, and goes round again while it holds; `run(inputs, prepare)` checks the condition on the initial carry
+    first (with the host path's compiled condition) and maps the inputs to the final carry like run_control."""
+
+    def __init__(self, node: UOp, lowering, source: str, table: list, moving: list[bool], compiler):
+        self.node, self.lowering, self.table, self.moving = node, lowering, table, moving
+        self.engine, self.module = compiler.compile(source)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+        self.driver = proto(self.engine.get_function_address("while_driver"))
+
+    def run(self, inputs: list[np.ndarray], prepare) -> list[np.ndarray]:
+        ops = operands(self.node)
+        check = prepare(body_function(self.node, self.node.src[1], [(u.shape, u.dtype) for u in ops]))
+        if not bool(np.asarray(check(list(inputs))[0]).reshape(())): return list(inputs)
+        carry = [np.array(c, copy=True).reshape(-1) for c in inputs]
+        other = [np.empty_like(c) for c in carry]
+        pred = np.zeros(1, np.bool_)
+        fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(self.lowering.schedule.buffers)
+                 if spec.kind == "intermediate"}
+        arrays = {"carry": carry, "other": other, "pred": [pred]}
+        addresses = [(arrays[kind][i] if kind in arrays else fixed[i]).ctypes.data for kind, i in self.table]
+        steps = self.driver((ctypes.c_int64 * len(addresses))(*addresses))
+        final = [o if moving and steps % 2 else c for c, o, moving in zip(carry, other, self.moving)]
+        return [f.reshape(u.shape) for f, u in zip(final, ops)]
+
+
+def compile_while(node: UOp, compiler) -> WhileProgram | None:
+    """The native loop for WHILE `node`, or None when its body needs the host loop (as compile_scan). The body and
+    the condition on the body's result are lowered as one function, (new carry..., continue?)."""
+    ops = operands(node)
+    ncarry, avals, tag = len(ops), [(u.shape, u.dtype) for u in ops], node.binds
+    body, cond = node.src[0], node.src[1]
+    params = {p: body.src[p.arg.slot] for p in cond.toposort if p.op is Ops.PARAM and p.arg.tag == tag}
+    fused = UOp(Ops.TUPLE, dtypes.bool_, (*body.src, substitute(cond.src[0], params)))
+    lowering = lower(body_function(node, fused, avals), replace(compiler.target, threads=1))
+    schedule, kernels, outs = lowering.schedule, lowering.kernels, lowering.schedule.outputs
+    if any(isinstance(k, HostStep) for k, _ in kernels) or not kernels: return None
+    if any(k.work >= MIN_PARALLEL_WORK for k, _ in kernels): return None  # big bodies keep their threads
+    if len(set(outs)) != len(outs) or outs[ncarry] < ncarry: return None
+    if any(b < ncarry and b != i for i, b in enumerate(outs[:ncarry])): return None  # (a carry moved to another)
+    moving = [b >= ncarry for b in outs[:ncarry]]  # (the others pass through unchanged: closed-over values)
+    inter = [i for i, spec in enumerate(schedule.buffers) if spec.kind == "intermediate"]
+    table = [("carry", i) for i in range(ncarry)] + [("other", i) for i in range(ncarry)] + [("pred", 0)] + \
+        [("intermediate", i) for i in inter]
+    lines = ["define i64 @while_driver(ptr %table) {", "entry:"]
+    base = _load_table(table, lines)
+    lines += ["  br label %loop", "loop:", "  %t = phi i64 [0, %entry], [%t.next, %loop]",
+              "  %odd = and i64 %t, 1", "  %even = icmp eq i64 %odd, 0"]
+    address: dict[int, str] = {outs[ncarry]: base[("pred", 0)]}
+    for i in range(ncarry):  # step t reads a moving carry from ping on even steps, from pong on odd ones
+        if not moving[i]:
+            address[i] = base[("carry", i)]
+            continue
+        for name, a, b, slot in (("cin", "carry", "other", i), ("cout", "other", "carry", outs[i])):
+            lines.append(f"  %{name}{i} = select i1 %even, i64 {base[(a, i)]}, i64 {base[(b, i)]}")
+            address[slot] = f"%{name}{i}"
+    for i in inter:
+        address.setdefault(i, base[("intermediate", i)])
+    _calls(kernels, address, lines)
+    lines += ["  %t.next = add i64 %t, 1", f"  %pp = inttoptr i64 {base[('pred', 0)]} to ptr",
+              "  %pv = load i8, ptr %pp", "  %more = icmp ne i8 %pv, 0",
+              "  br i1 %more, label %loop, label %done", "done:", "  ret i64 %t.next", "}",
               f"attributes #{_NOINLINE} = {{ noinline }}"]
     source = render_module(kernels) + "\n\n" + "\n".join(lines)
-    return ScanProgram(node, lowering, source, table, compiler)
+    return WhileProgram(node, lowering, source, table, moving, compiler)

@@ -4,7 +4,7 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from fnx.backends import cpu_llvm
+from fnx.backends import cpu_llvm, scan_loop
 
 
 def _native_programs():
@@ -81,3 +81,49 @@ def test_closed_over_arrays_are_operands_not_their_broadcasts():
     run = fnx.jit(lambda h, xs: fnx.lax.scan(lambda h, x: (h @ w + x, None), h, xs)[0])
     text = run.lower(jnp.zeros((2, 8)), jnp.zeros((3, 2, 8))).as_text("optimize")
     assert "E_2_8_8" not in text  # no kernel materializes w broadcast over the batch
+
+
+# ---- while_loop: the body and the condition on its result in one native loop ----
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 300])
+def test_while_loop_matches_a_python_loop_natively(n):
+    """Carries of three dtypes, a closed-over matrix (a carry the body passes through), even and odd step counts
+    (the carries swap buffers every step) and zero steps (the condition fails on the initial carry)."""
+    rng = np.random.default_rng(n)
+    w = (rng.standard_normal((5, 5)) * 0.4).astype(np.float32)
+    x0 = rng.standard_normal(5).astype(np.float32)
+
+    def run(x, w, n):
+        def body(c):
+            i, v, flag = c
+            return i + 1, jnp.tanh(w @ v + 0.5), flag ^ (v[0] > 0)
+        return fnx.lax.while_loop(lambda c: c[0] < n, body, (jnp.asarray(0), x, jnp.asarray(False)))
+    before = set(_native_programs())
+    i, v, flag = fnx.jit(run)(jnp.asarray(x0), jnp.asarray(w), n)
+    want_v, want_flag = x0.astype(np.float64), False
+    for _ in range(n):
+        want_flag ^= bool(want_v[0] > 0)
+        want_v = np.tanh(w.astype(np.float64) @ want_v + 0.5)
+    assert int(i) == n and bool(flag) == want_flag
+    np.testing.assert_allclose(np.asarray(v), want_v, rtol=2e-5, atol=2e-5)
+    new = {node: p for node, p in _native_programs().items() if node not in before}
+    assert any(isinstance(p, scan_loop.WhileProgram) for p in new.values()), "the loop should have run natively"
+
+
+def test_while_loop_with_a_data_dependent_stop_under_vmap_and_twice():
+    """Newton's square root until converged: the step count depends on the value; vmapped (the batched predicate)
+    and called twice (the compiled loop is reused, its buffers fresh)."""
+    def sqrt_newton(a):
+        def body(c):
+            x, k = c
+            return 0.5 * (x + a / x), k + 1
+        return fnx.lax.while_loop(lambda c: (jnp.abs(c[0] * c[0] - a) > 1e-5 * a) & (c[1] < 100), body,
+                                  (a, jnp.asarray(0)))
+    a = np.array([2.0, 9.0, 1e4, 0.25], np.float32)
+    f = fnx.jit(fnx.vmap(sqrt_newton))
+    for _ in range(2):
+        x, k = f(jnp.asarray(a))
+        np.testing.assert_allclose(np.asarray(x), np.sqrt(a), rtol=1e-5)
+        assert np.all(np.asarray(k) > 0) and np.all(np.asarray(k) < 100)
+    one, k_one = fnx.jit(sqrt_newton)(jnp.asarray(np.float32(1e4)))
+    np.testing.assert_allclose(float(one), 100.0, rtol=1e-5)
