@@ -25,7 +25,7 @@ from fnx.backends import native_pool
 from fnx.backends.cpu_beam import kernel_timers
 from fnx.backends.cpu_target import host_target
 from fnx.backends.control import run_control
-from fnx.backends.scan_loop import compile_scan, compile_while
+from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
 from fnx.backends.llvm_render import module_source, render_function
 from fnx.config import config
 from fnx.lower.memory import donation_aliases
@@ -487,8 +487,8 @@ class CPUExecutable(Executable):
             return lambda values: [b.numpy(s) for b, s in zip(exe([Buffer.from_numpy(device, v) for v in values]),
                                                                shapes)]
         inputs = [buffers[i].numpy(step.node.operands[j].shape) for j, i in enumerate(step.inputs)]
-        if step.node.op in (Ops.SCAN, Ops.WHILE) and step.node not in _scans:  # small bodies loop natively
-            _scans[step.node] = (compile_scan if step.node.op is Ops.SCAN else compile_while)(step.node, _compiler())
+        if step.node not in _scans:  # small bodies loop natively, small branches run from a driver (scan_loop.py)
+            _scans[step.node] = _NATIVE[step.node.op](step.node, _compiler())
         program = _scans.get(step.node)
         values = program.run(inputs, prepare) if program is not None else run_control(step.node, inputs, prepare)
         for out_id, value in zip(step.outputs, values):
@@ -522,6 +522,7 @@ def _compiler() -> LLVMCompiler:
     return _state["compiler"]
 
 
+_NATIVE = {Ops.SCAN: compile_scan, Ops.WHILE: compile_while, Ops.COND: compile_cond}
 _thread_pool: list[ThreadPoolExecutor] = []
 
 

@@ -1,6 +1,7 @@
-"""A SCAN or WHILE whose body is small runs as one native loop: the body's kernels and a driver function that calls them
-once per step, compiled together, so a step costs a few function calls instead of a round trip through Python
-(the host loop in control.py costs 20-50 us per step).
+"""A SCAN or WHILE whose body is small runs as one native loop: the body's kernels and a driver function that
+calls them once per step, compiled together, so a step costs a few function calls instead of a round trip
+through Python (the host loop in control.py costs 20-50 us per step). A COND whose branches are small runs its
+branch's kernels from a driver likewise (no compiled function called per branch from the host).
 
 The driver gets a table of base addresses. Per step it works out each body buffer's address: a carry is read
 from one of two ping-pong buffers and written into the other, a slice of `xs` or `ys` is its base plus
@@ -205,3 +206,57 @@ def compile_while(node: UOp, compiler) -> WhileProgram | None:
               f"attributes #{_NOINLINE} = {{ noinline }}"]
     source = render_module(kernels) + "\n\n" + "\n".join(lines)
     return WhileProgram(node, lowering, source, table, moving, compiler)
+
+
+class CondProgram:
+    """Both branches of one COND compiled into one module, each with a driver (`cond_true`, `cond_false`) that
+    calls its kernels; `run(inputs, prepare)` picks the driver by the predicate (inputs[0])."""
+
+    def __init__(self, node: UOp, lowerings: list, source: str, tables: list[list], compiler):
+        self.node, self.lowerings, self.tables = node, lowerings, tables
+        self.engine, self.module = compiler.compile(source)
+        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        self.drivers = [proto(self.engine.get_function_address(f"cond_{name}")) for name in ("true", "false")]
+
+    def run(self, inputs: list[np.ndarray], prepare=None) -> list[np.ndarray]:
+        branch = 0 if bool(np.asarray(inputs[0]).reshape(())) else 1
+        values = [np.ascontiguousarray(v) for v in inputs[1:]]
+        outs = [np.empty(o.shape, o.dtype.np) for o in self.node.src[branch].src]
+        schedule = self.lowerings[branch].schedule
+        fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(schedule.buffers)
+                 if spec.kind == "intermediate"}
+        arrays = {"in": values, "out": outs}
+        addresses = [(arrays[kind][i] if kind in arrays else fixed[i]).ctypes.data for kind, i in self.tables[branch]]
+        self.drivers[branch]((ctypes.c_int64 * len(addresses))(*addresses))
+        return outs
+
+
+def compile_cond(node: UOp, compiler) -> CondProgram | None:
+    """The native branches of COND `node`, or None when a branch needs the host path (a nested control-flow
+    step, a kernel big enough for threads, an output that is an operand or another output)."""
+    ops = operands(node)
+    avals = [(u.shape, u.dtype) for u in ops]
+    lowerings, tables, every, drivers = [], [], [], []
+    for name, body in (("true", node.src[0]), ("false", node.src[1])):
+        lowering = lower(body_function(node, body, avals), replace(compiler.target, threads=1))
+        schedule, kernels, outs = lowering.schedule, lowering.kernels, lowering.schedule.outputs
+        if any(isinstance(k, HostStep) for k, _ in kernels) or not kernels: return None
+        if any(k.work >= MIN_PARALLEL_WORK for k, _ in kernels): return None
+        if len(set(outs)) != len(outs) or any(b < len(ops) for b in outs): return None
+        kernels = [(replace(k, name=f"{name}_{k.name}"), lin) for k, lin in kernels]  # (one module: names apart)
+        inter = [i for i, spec in enumerate(schedule.buffers) if spec.kind == "intermediate"]
+        table = [("in", i) for i in range(len(ops))] + [("out", m) for m in range(len(outs))] + \
+            [("intermediate", i) for i in inter]
+        lines = [f"define void @cond_{name}(ptr %table) {{", "entry:"]
+        base = _load_table(table, lines)
+        address = {i: base[("in", i)] for i in range(len(ops))}
+        address.update({b: base[("out", m)] for m, b in enumerate(outs)})
+        for i in inter: address.setdefault(i, base[("intermediate", i)])
+        _calls(kernels, address, lines)
+        lines += ["  ret void", "}"]
+        lowerings.append(lowering)
+        tables.append(table)
+        every += kernels
+        drivers.append("\n".join(lines))
+    source = "\n\n".join([render_module(every)] + drivers) + f"\nattributes #{_NOINLINE} = {{ noinline }}"
+    return CondProgram(node, lowerings, source, tables, compiler)

@@ -127,3 +127,23 @@ def test_while_loop_with_a_data_dependent_stop_under_vmap_and_twice():
         assert np.all(np.asarray(k) > 0) and np.all(np.asarray(k) < 100)
     one, k_one = fnx.jit(sqrt_newton)(jnp.asarray(np.float32(1e4)))
     np.testing.assert_allclose(float(one), 100.0, rtol=1e-5)
+
+
+def test_cond_runs_its_branch_from_a_native_driver():
+    """Both branches in one module, picked by the predicate per call: values against numpy for either branch,
+    called several times, and under vmap (where the batched predicate makes it a select of both)."""
+    f = fnx.jit(lambda p, x, w: fnx.lax.cond(p, lambda x, w: (x @ w * 2.0, x.sum()),
+                                             lambda x, w: (jnp.tanh(x) - 1.0 + w.sum(0), x.max()), x, w))
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((6, 6)).astype(np.float32)
+    before = set(_native_programs())
+    for p in (True, False, False, True):
+        a, b = f(p, jnp.asarray(x), jnp.asarray(w))
+        want = (x @ w * 2, x.sum()) if p else (np.tanh(x) - 1 + w.sum(0), x.max())
+        np.testing.assert_allclose(np.asarray(a), want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(float(b), want[1], rtol=1e-5)
+    new = {node: p for node, p in _native_programs().items() if node not in before}
+    assert any(isinstance(p, scan_loop.CondProgram) for p in new.values()), "the branches should run natively"
+    batched = fnx.vmap(lambda p, x: fnx.lax.cond(p, lambda x: x * 2.0, lambda x: -x, x))
+    got = batched(jnp.asarray([True, False, True]), jnp.asarray(x[:3]))
+    np.testing.assert_allclose(np.asarray(got), np.where([[True], [False], [True]], x[:3] * 2, -x[:3]))
