@@ -593,7 +593,8 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # 3.4 ms); with k-slabs four lose (1024² on AVX-512: 338 vs 351 GFLOP/s)
         pack = packed or _rows(k) >= PACK_REUSE
         if thread_axis and inner.arg.size % (2 * w) == 0: w *= 2
-        elif pack and lane_bytes == 4 and n_out >= 2 and inner.arg.size % w == 0:
+        elif (pack or slab <= target.l2_bytes // 2) and lane_bytes == 4 and n_out >= 2 and inner.arg.size % w == 0:
+            # (B in L2 too: the W8 RNN cell's 16 x 64 product took 7.9 us a step in 8 x 1 blocks, 4.6 in 6 x 2)
             widths = [v for v in (4, 2, 1) if inner.arg.size % (v * w) == 0]
             w *= min(widths, key=lambda v: _block_cost(target, k.ranges[-2].arg.size, inner.arg.size // w, v))
         elif inner.arg.size < w: w = 1 << (inner.arg.size - 1).bit_length()  # one masked vector per row
