@@ -552,9 +552,42 @@ def w11_convnet_step():
     return report("W11 convnet train step 28x28 b64", res, f"fnx {1 / res['fnx']:.0f} steps/s")
 
 
+ATTENTION = dict(batch=8, heads=8, seq=256, head_dim=64)
+
+
+def _attention_step(lib, nn_lib, grad_fn):
+    """Causal attention, softmax(q kᵀ / √d, masked) v, and its gradient with respect to q, k and v (of the output
+    against a fixed cotangent), written once for fnx and JAX."""
+    t, d = ATTENTION["seq"], ATTENTION["head_dim"]
+
+    def block(q, k, v, g):
+        mask = lib.arange(t)[:, None] >= lib.arange(t)[None, :]
+        scores = lib.where(mask, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d), -1e9)
+        return lib.sum((nn_lib.softmax(scores, axis=-1) @ v) * g)
+    return grad_fn(block, argnums=(0, 1, 2))
+
+
+def w12_attention_block():
+    """The attention block of the performance issue (QKᵀ -> mask -> softmax -> ·V) forward and backward: six
+    (t x t x d) products, 12 b h t² d FLOPs, reported against the FMA peak."""
+    b, h, t, d = (ATTENTION[k] for k in ("batch", "heads", "seq", "head_dim"))
+    rng = np.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal((b, h, t, d)).astype(np.float32) for _ in range(4))
+    f = fnx.jit(_attention_step(jnp, fnx.nn, fnx.value_and_grad))
+    args = [jnp.asarray(a) for a in (q, k, v, g)]
+    res = {"fnx": best(lambda: block(f(*args)[1][0]), repeat=5)}
+    if jax:
+        jf = jax.jit(_attention_step(jjnp, jax.nn, jax.value_and_grad))
+        jargs = [jjnp.asarray(a) for a in (q, k, v, g)]
+        got, want = f(*args), jf(*jargs)
+        for x, y in zip(got[1], want[1]): np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-3, atol=2e-3)
+        res["jax"] = best(lambda: jf(*jargs)[1][0].block_until_ready(), repeat=5)
+    return report(f"W12 attention fwd+bwd b{b} h{h} t{t} d{d} causal", res, flops=12 * b * h * t * t * d)
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
              "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain,
-             "W11": w11_convnet_step}
+             "W11": w11_convnet_step, "W12": w12_attention_block}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:

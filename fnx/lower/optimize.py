@@ -209,7 +209,8 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
 
 def _operand(k: Kernel, axis: int) -> UOp | None:
     """The factor of a matmul-like kernel's product that walks output loop `axis` and the reduce loop and no other
-    loop (B of a @ b for the unit-stride output loop, a relu mask and all), or None."""
+    loop but batch loops, which the other factor walks as well (B of a @ b for the unit-stride output loop, a relu
+    mask and all; of a batched product, one B per batch), or None."""
     if not 0 <= axis < len(k.ranges) or len(k.reduce_ranges) != 1: return None
     n, red = k.ranges[axis], k.reduce_ranges[0]
     reductions = [u for u in k.sink.toposort if u.op is Ops.REDUCE]
@@ -218,7 +219,9 @@ def _operand(k: Kernel, axis: int) -> UOp | None:
     while body.op is Ops.CAST: body = body.src[0]
     if body.op is not Ops.MUL: return None
     walking = [f for f in body.src if n in _ranges_in(f)]
-    if len(walking) != 1 or not {n, red} == _ranges_in(walking[0]): return None
+    if len(walking) != 1 or not {n, red} <= _ranges_in(walking[0]): return None
+    other = set().union(*(_ranges_in(f) for f in body.src if f is not walking[0]))
+    if not _ranges_in(walking[0]) - {n, red} <= other & set(k.ranges): return None  # (batch loops only)
     return walking[0]
 
 
@@ -232,11 +235,13 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
     n, red, width = k.ranges[opt.axis], k.reduce_ranges[0], opt.amount
     if not 2 <= width <= n.arg.size: raise OptError(f"{opt}: amount must be in [2, {n.arg.size}]")
     n_panels, depth = -(-n.arg.size // width), red.arg.size
-    size, pos = n_panels * width * depth, len(k.args)
+    batch = [r for r in k.ranges if r in _ranges_in(b) and r is not n]  # one set of panels per batch
+    size, pos = math.prod(r.arg.size for r in batch) * n_panels * width * depth, len(k.args)
     panels = UOp(Ops.PARAM, b.dtype, (), ParamArg(pos, (size,), None))
     jo, kk, p = (UOp(Ops.RANGE, INDEX, (), RangeArg(i, s)) for i, s in enumerate((n_panels, depth, width)))
+    copies = [UOp(Ops.RANGE, INDEX, (), RangeArg(3 + i, r.arg.size)) for i, r in enumerate(batch)]
     column = jo * width + p
-    value = substitute(b, {n: column, red: kk})
+    value = substitute(b, {n: column, red: kk, **dict(zip(batch, copies))})
     if n.arg.size % width:  # the last panel is padded with zeros, and no load reads past the operand's columns
         valid = column < n.arg.size
 
@@ -245,8 +250,12 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
             if u.op is not Ops.LOAD: return out
             return UOp(Ops.LOAD, u.dtype, (*out.src[:2], _and(out.src[2] if len(out.src) > 2 else None, valid)), u.arg)
         value = valid.alu(Ops.WHERE, _rebuild(value, gate), UOp.const(b.dtype, 0))
-    copy = UOp(Ops.SINK, dtypes.bool_, (UOp(Ops.STORE, dtypes.bool_, (panels, (jo * depth + kk) * width + p,
-                                                                       value)),))
+    def offset(ranges: list[UOp]) -> UOp:  # the batch's panels: [batch...][n // P][k][n % P]
+        flat = UOp.const(INDEX, 0)
+        for r in ranges: flat = flat * r.arg.size + r
+        return flat * (n_panels * width * depth)
+    copy = UOp(Ops.SINK, dtypes.bool_, (UOp(Ops.STORE, dtypes.bool_, (
+        panels, offset(copies) + (jo * depth + kk) * width + p, value)),))
     args = k.args + [-1 - len(k.prelude)]  # a placeholder: optimize() gives the panels a buffer of the schedule
     # the copy reads the operand in memory order: k outermost when the panel's columns are its unit-stride loop
     # (B of a @ b: one stream per panel), else panel by panel and column by column (A, whose rows walk k: each
@@ -254,8 +263,8 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
     rows_first = any(_stride(ld.src[1], n) == 1 for ld in b.toposort if ld.op is Ops.LOAD)
     order = [kk, jo, p] if rows_first or not any(_stride(ld.src[1], red) == 1 for ld in b.toposort
                                                  if ld.op is Ops.LOAD) else [jo, p, kk]
-    pack = Kernel(f"{k.name}_pack{len(k.prelude)}", simplify_kernel(copy), args, order, [])
-    read = UOp(Ops.LOAD, b.dtype, (panels, (n // width * depth + red) * width + n % width))
+    pack = Kernel(f"{k.name}_pack{len(k.prelude)}", simplify_kernel(copy), args, copies + order, [])
+    read = UOp(Ops.LOAD, b.dtype, (panels, offset(batch) + (n // width * depth + red) * width + n % width))
     return replace(k, sink=simplify_kernel(substitute(k.sink, {b: read})), args=args, prelude=k.prelude + (pack,))
 
 
@@ -510,8 +519,11 @@ PACK_A_REUSE = 8     # column blocks that read A's k-slab again: from here A is 
 
 
 def _rows(k: Kernel) -> int:
-    """How many times a matmul-like kernel reads B: the iterations of its output loops outside the last."""
-    return math.prod(r.arg.size for r in k.ranges[:-1])
+    """How many times a matmul-like kernel reads B: the iterations of its output loops outside the last, less
+    the batch loops along which B changes (each batch's B is read by that batch's rows only)."""
+    b = _operand(k, len(k.ranges) - 1)
+    walked = _ranges_in(b) if b is not None else set()
+    return math.prod(r.arg.size for r in k.ranges[:-1] if r not in walked)
 
 
 def _transposed_operand(k: Kernel) -> UOp | None:

@@ -24,6 +24,7 @@ AVX512 = replace(TARGET, vector_bytes=64, vector_registers=32)  # (heuristics on
 
 def _matmul(a, b): return a @ b
 def _matmul_t(a, b): return jnp.maximum(a @ b.T, 0)
+def _batched_t(a, b): return a @ b.transpose(0, 2, 1)  # (attention's q kᵀ: B transposed, one per batch)
 def _gelu(x, b): return 0.5 * (x + b) * (1 + jnp.tanh(0.79788456 * (x + b)))
 def _row_softmax(x, b): return fnx.nn.softmax(x + b, axis=-1)
 def _col_sum(x, b): return (x * b).sum(axis=0)
@@ -47,6 +48,8 @@ PROGRAMS = {  # name -> (function, arguments): odd sizes on purpose, so masks an
     "matmul_f64": (_matmul, (RNG.standard_normal((12, 20)), RNG.standard_normal((20, 9)))),
     "matmul_t": (_matmul_t, (RNG.standard_normal((10, 13)).astype(np.float32),
                              RNG.standard_normal((37, 13)).astype(np.float32))),
+    "batched_t": (_batched_t, (RNG.standard_normal((3, 10, 13)).astype(np.float32),
+                               RNG.standard_normal((3, 37, 13)).astype(np.float32))),
     "gelu": (_gelu, (RNG.standard_normal((6, 37)).astype(np.float32), RNG.standard_normal(37).astype(np.float32))),
     "softmax": (_row_softmax, (RNG.standard_normal((5, 50)).astype(np.float32),
                                RNG.standard_normal((5, 50)).astype(np.float32))),
@@ -173,6 +176,22 @@ def test_large_matmul_packs_a_and_blocks_rows_past_a_remainder():
     matmul = next(o for o in chosen if any(x.op == "ACCUMULATE" for x in o))
     assert matmul[:2] == [Opt("PACK", 1, 16), Opt("PACK", 0, 6)] and Opt("UPCAST", 1, 6) in matmul, matmul
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_transposed_product_packs_each_batchs_operand():
+    """q @ kᵀ per (batch, head): the heuristics pack each batch's kᵀ into its own panels (a transposing copy) and
+    schedule the plain product; the result matches numpy in float64."""
+    a = RNG.standard_normal((2, 3, 40, 24)).astype(np.float32)
+    b = RNG.standard_normal((2, 3, 36, 24)).astype(np.float32)
+    lowered = fnx.jit(lambda a, b: a @ b.transpose(0, 1, 3, 2)).lower(jnp.asarray(a), jnp.asarray(b))
+    chosen = []
+
+    def choose(k, t):
+        chosen.append(heuristic_opts(k, t))
+        return chosen[-1]
+    got = _run(lowered.traced.fn, [a, b], choose)[0]
+    assert any(o and o[0].op == "PACK" for o in chosen), chosen
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-4)
 
 
 def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
