@@ -6,8 +6,10 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
 - VECTORIZE(axis, W): split the loop into (n/W, W) and compute the inner W as vector lanes (`kernel.lanes`). On an
   output loop every lane is one output element; on a reduce loop the accumulator is a vector reduced across lanes
   at the end. A size that W does not divide gets a lane mask (masked loads and stores) on the last chunk.
-- UPCAST(axis, k): split an output loop by k (k divides it) and unroll the inner k: k outputs per iteration, each
-  with its own accumulator when the kernel reduces (register blocking).
+- UPCAST(axis, k): split an output loop by k and unroll the inner k: k outputs per iteration, each with its own
+  accumulator when the kernel reduces (register blocking). When k does not divide the loop, the last block
+  computes the loop's last iteration again in its extra rows (their index clamped, once per row, outside every
+  reduce loop) and their stores are gated off, so a register block keeps the row count the target wants.
 - UNROLL(axis, k): split a reduce loop by k (k divides it) and unroll the inner k into one update.
 - THREAD(axis): split the output loop across the CPU's worker threads (its iterations are independent). On a
   grid device (OpenCL, CUDA) its iterations are the launch grid: one work item each, or one work-group each when
@@ -22,7 +24,8 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
 - SWAP(axis, other): exchange two output loops (their nesting order).
 - SPLIT(axis, k): split a loop into an outer loop of n/k and an inner loop of k (k divides n): with SWAP, tiling.
 - PACK(axis, P): copy the matmul operand that walks output loop `axis` and the reduce loop (B of a @ b, or of
-  a @ b.T: then the copy transposes) into panels of P columns, [n // P][k][n % P], in a kernel that runs first,
+  a @ b.T: then the copy transposes; A, along the rows; one set per batch of a batched product) into panels of P
+  columns, [n // P][k][n % P], in a kernel that runs first,
   and read the panels instead: a panel is one contiguous block, so a large power-of-two row stride no longer
   maps every row of it to the same cache sets, and the hardware prefetcher sees one stream. Comes before every
   other action.
