@@ -643,7 +643,12 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         gathers = any(_stride(ld.src[1], inner) not in (0, 1) for ld in loads) if inner is not None else True
         if store_unit and inner.arg.size >= 4 and not (k.reduce_ranges and gathers):
             wanted.append(len(k.ranges) - 1)  # (lanes whose reduction loop gathers every load lose to scalar code)
-        if not any(a >= len(k.ranges) for a in wanted) and store_unit: w = min(w, inner.arg.size)
+        if not any(a >= len(k.ranges) for a in wanted) and store_unit:
+            w = min(w, inner.arg.size)
+            # a row of between one and two vectors (10 classes of 8 lanes): lanes as wide as the row, one vector
+            # of odd length that LLVM splits into whole registers, instead of a masked remainder (masked stores
+            # are microcoded on AMD: W5's per-example outer products 175 -> 76 us on the AVX2 EPYC)
+            if w < inner.arg.size < 2 * w: w = inner.arg.size
         probe = k
         for axis in wanted:
             try:

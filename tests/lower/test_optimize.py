@@ -194,6 +194,19 @@ def test_batched_transposed_product_packs_each_batchs_operand():
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.transpose(0, 1, 3, 2), rtol=1e-4, atol=1e-4)
 
 
+def test_rows_between_one_and_two_vectors_get_lanes_as_wide_as_the_row():
+    """Per-example outer products with 10 classes: one vector of 10 lanes per row rather than 8 and a masked 2
+    (whatever the target's width w, a row of w + 2 elements); the values match numpy."""
+    lanes = TARGET.vector_bytes // 4
+    x = RNG.standard_normal((6, 7)).astype(np.float32)
+    g = RNG.standard_normal((6, lanes + 2)).astype(np.float32)
+    lowered = fnx.jit(lambda x, g: x[:, :, None] * g[:, None, :]).lower(jnp.asarray(x), jnp.asarray(g))
+    (kernel,) = rangeify(callify(lowered.traced.fn)).kernels
+    assert Opt("VECTORIZE", 2, lanes + 2) in heuristic_opts(kernel, TARGET)
+    got = _run(lowered.traced.fn, [x, g], lambda k, t: None)[0]
+    np.testing.assert_allclose(got, x[:, :, None] * g[:, None, :], rtol=1e-6)
+
+
 def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
     """h.T @ g with 10 columns: lanes along h's contiguous rows, every column unrolled, a scattered store."""
     h = RNG.standard_normal((40, 96)).astype(np.float32)
