@@ -47,14 +47,8 @@ class ScanProgram:
         xs = [np.ascontiguousarray(x) for x in inputs[ncarry:ncarry + nxs]]
         free = [np.ascontiguousarray(v) for v in inputs[ncarry + nxs:]]
         ys = [np.empty((length,) + o.shape, o.dtype.np) for o in body.src[ncarry:]]
-        fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(schedule.buffers)
-                 if spec.kind == "intermediate"}
-        addresses = []
-        for kind, i in self.table:
-            array = {"carry": carry, "other": other, "xs": xs, "ys": ys, "free": free}.get(kind)
-            addresses.append((array[i] if array is not None else fixed[i]).ctypes.data)
-        table = (ctypes.c_int64 * len(addresses))(*addresses)
-        self.driver(table, length)
+        arrays = {"carry": carry, "other": other, "xs": xs, "ys": ys, "free": free}
+        self.driver(_address_table(self.table, arrays, schedule), length)
         final = carry if length % 2 == 0 else other  # the carries swap buffers every step
         return [f.reshape(o.shape) for f, o in zip(final, operands(self.node)[:ncarry])] + ys
 
@@ -116,6 +110,17 @@ def compile_scan(node: UOp, compiler) -> ScanProgram | None:
     return ScanProgram(node, lowering, source, table, compiler)
 
 
+def _address_table(table: list, arrays: dict[str, list[np.ndarray]], schedule):
+    """The driver's argument: the address of each `table` entry (kind, i), `arrays[kind][i]`, or for an
+    "intermediate" entry a fresh array of that schedule buffer (the arrays must outlive the driver's call)."""
+    fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(schedule.buffers)
+             if spec.kind == "intermediate"}
+    addresses = [(arrays[kind][i] if kind in arrays else fixed[i]).ctypes.data for kind, i in table]
+    table_array = (ctypes.c_int64 * len(addresses))(*addresses)
+    table_array.keep = fixed  # (the intermediates live as long as the table)
+    return table_array
+
+
 def _load_table(table: list, lines: list[str]) -> dict:
     """Load each entry of the driver's address table (its argument %table); {entry: the LLVM value}."""
     base = {}
@@ -158,11 +163,8 @@ class WhileProgram:
         carry = [np.array(c, copy=True).reshape(-1) for c in inputs]
         other = [np.empty_like(c) for c in carry]
         pred = np.zeros(1, np.bool_)
-        fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(self.lowering.schedule.buffers)
-                 if spec.kind == "intermediate"}
         arrays = {"carry": carry, "other": other, "pred": [pred]}
-        addresses = [(arrays[kind][i] if kind in arrays else fixed[i]).ctypes.data for kind, i in self.table]
-        steps = self.driver((ctypes.c_int64 * len(addresses))(*addresses))
+        steps = self.driver(_address_table(self.table, arrays, self.lowering.schedule))
         final = [o if moving and steps % 2 else c for c, o, moving in zip(carry, other, self.moving)]
         return [f.reshape(u.shape) for f, u in zip(final, ops)]
 
@@ -222,12 +224,8 @@ class CondProgram:
         branch = 0 if bool(np.asarray(inputs[0]).reshape(())) else 1
         values = [np.ascontiguousarray(v) for v in inputs[1:]]
         outs = [np.empty(o.shape, o.dtype.np) for o in self.node.src[branch].src]
-        schedule = self.lowerings[branch].schedule
-        fixed = {i: np.empty(spec.size, spec.dtype.np) for i, spec in enumerate(schedule.buffers)
-                 if spec.kind == "intermediate"}
         arrays = {"in": values, "out": outs}
-        addresses = [(arrays[kind][i] if kind in arrays else fixed[i]).ctypes.data for kind, i in self.tables[branch]]
-        self.drivers[branch]((ctypes.c_int64 * len(addresses))(*addresses))
+        self.drivers[branch](_address_table(self.tables[branch], arrays, self.lowerings[branch].schedule))
         return outs
 
 

@@ -94,12 +94,22 @@ def _and(gate: UOp | None, valid: UOp) -> UOp:
     return valid if gate is None else gate.alu(Ops.AND, valid)
 
 
+def _split_ranges(k: Kernel, r: UOp, amount: int) -> tuple[UOp, UOp]:
+    """The (outer, inner) loops that split loop r by `amount`: ceil(n / amount) x amount, with fresh numbers."""
+    nid = _next_id(k)
+    return (UOp(Ops.RANGE, INDEX, (), RangeArg(nid, -(-r.arg.size // amount))),
+            UOp(Ops.RANGE, INDEX, (), RangeArg(nid + 1, amount)))
+
+
+def _replaced(loops: list[UOp], r: UOp, outer: UOp, inner: UOp) -> list[UOp]:
+    """`loops` with loop r replaced by its two parts, outer then inner."""
+    return [p for s in loops for p in ((outer, inner) if s is r else (s,))]
+
+
 def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
     """Split loop r into outer * amount + inner; a remainder is masked (gates on loads/stores, identity in reduces)."""
     n = r.arg.size
-    nid = _next_id(k)
-    outer = UOp(Ops.RANGE, INDEX, (), RangeArg(nid, -(-n // amount)))
-    inner = UOp(Ops.RANGE, INDEX, (), RangeArg(nid + 1, amount))
+    outer, inner = _split_ranges(k, r, amount)
     idx = outer * amount + inner
     valid = idx < n if n % amount else None
 
@@ -118,11 +128,10 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
         return out
 
     sink = simplify_kernel(_rebuild(k.sink, fn))
-    swap = lambda rs: [p for s in rs for p in ((outer, inner) if s is r else (s,))]  # noqa: E731
     init = k.init
     if init and r in init[1]: init = (init[0], init[1] - {r} | {outer, inner})  # both parts still run in order
-    return (replace(k, sink=sink, ranges=swap(k.ranges), reduce_ranges=swap(k.reduce_ranges), init=init),
-            outer, inner)
+    return (replace(k, sink=sink, ranges=_replaced(k.ranges, r, outer, inner),
+                    reduce_ranges=_replaced(k.reduce_ranges, r, outer, inner), init=init), outer, inner)
 
 
 def _split_clamped(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
@@ -131,9 +140,7 @@ def _split_clamped(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
     row, outside any reduce loop) and their stores are gated off. Clamping instead of gating the loads keeps the
     inner loops free of masks: a 6-row register block of a 1024-row matmul computes 2 extra rows of 1026."""
     n = r.arg.size
-    nid = _next_id(k)
-    outer = UOp(Ops.RANGE, INDEX, (), RangeArg(nid, -(-n // amount)))
-    inner = UOp(Ops.RANGE, INDEX, (), RangeArg(nid + 1, amount))
+    outer, inner = _split_ranges(k, r, amount)
     idx = outer * amount + inner
     valid = idx < n
     clamped = valid.alu(Ops.WHERE, idx, UOp.const(INDEX, n - 1))
@@ -146,8 +153,8 @@ def _split_clamped(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
             out = UOp(Ops.STORE, u.dtype, out.src[:3] + (_and(gate, valid),), u.arg)
         return out
 
-    swap = lambda rs: [p for s in rs for p in ((outer, inner) if s is r else (s,))]  # noqa: E731
-    return (replace(k, sink=simplify_kernel(_rebuild(k.sink, fn)), ranges=swap(k.ranges)), outer, inner)
+    return (replace(k, sink=simplify_kernel(_rebuild(k.sink, fn)), ranges=_replaced(k.ranges, r, outer, inner)),
+            outer, inner)
 
 
 def _unroll_output(k: Kernel, inner: UOp) -> Kernel:
