@@ -510,6 +510,22 @@ def _column_block(target: Target, panel_bytes: int) -> int:
     return 1 << (panels.bit_length() - 1)
 
 
+SUM_VECTORS = 4  # vectors of lanes a horizontal sum accumulates in, each its own chain of adds: latency x units of
+                 # the add (3-4 cycles x 2) want about 8 in flight; the row's elementwise pass gets as many lanes.
+                 # Layernorm rows of 1024 floats on the AVX2 EPYC, in cache: 8 lanes 272 ns a row, 16 201, 32 155,
+                 # 64 162
+
+
+HEAVY_ELEMENT = 10  # weighted ops an element from which an elementwise kernel's lanes span SUM_VECTORS vectors too: a
+                   # transcendental's polynomial is a long chain of dependent FMAs
+
+
+def _sum_vectors(sizes: list[int], w: int) -> int:
+    """Vectors of `w` lanes per lane group of a kernel with horizontal reductions: SUM_VECTORS, or fewer where
+    that many would leave a masked remainder on one of the vectorized loops (`sizes`)."""
+    return next((v for v in (SUM_VECTORS, 2) if all(s % (v * w) == 0 for s in sizes)), 1)
+
+
 def _loads(k: Kernel) -> list[UOp]:
     return [u for u in k.sink.toposort if u.op is Ops.LOAD]
 
@@ -650,12 +666,17 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         gathers = any(_stride(ld.src[1], inner) not in (0, 1) for ld in loads) if inner is not None else True
         if store_unit and inner.arg.size >= 4 and not (k.reduce_ranges and gathers):
             wanted.append(len(k.ranges) - 1)  # (lanes whose reduction loop gathers every load lose to scalar code)
-        if not any(a >= len(k.ranges) for a in wanted) and store_unit:
+        loops = k.ranges + k.reduce_ranges
+        if any(a >= len(k.ranges) for a in wanted):
+            w *= _sum_vectors([loops[a].arg.size for a in wanted], w)
+        elif store_unit:
             w = min(w, inner.arg.size)
             # a row of between one and two vectors (10 classes of 8 lanes): lanes as wide as the row, one vector
             # of odd length that LLVM splits into whole registers, instead of a masked remainder (masked stores
             # are microcoded on AMD: W5's per-example outer products 175 -> 76 us on the AVX2 EPYC)
             if w < inner.arg.size < 2 * w: w = inner.arg.size
+            elif k.work and kernel_flops(k) >= HEAVY_ELEMENT * k.work:
+                w *= _sum_vectors([inner.arg.size], w)  # independent polynomials in flight (W1 gelu 14.1 -> 11.0 ms)
         probe = k
         for axis in wanted:
             try:

@@ -14,7 +14,7 @@ from fnx.backends import interp
 from fnx.backends.cpu_target import host_target
 from fnx.backends.device import Buffer, get_device
 from fnx.config import config
-from fnx.lower.optimize import Opt, OptError, apply_opt, heuristic_opts, schedule_override
+from fnx.lower.optimize import SUM_VECTORS, Opt, OptError, apply_opt, heuristic_opts, schedule_override
 from fnx.lower.pipeline import callify, lower
 from fnx.lower.rangeify import rangeify
 
@@ -231,9 +231,12 @@ def test_pack_is_refused_where_it_does_not_fit():
 
 def test_vector_lanes_reach_llvm():
     x = jnp.ones((64, 64))
-    text = fnx.jit(lambda x: jnp.exp(x) * 2).lower(x).as_text("llvm")
     lanes = TARGET.vector_bytes // 4  # float32s in one vector register of the target
-    assert f"<{lanes} x float>" in text and f"load <{lanes} x float>" in text
+    text = fnx.jit(lambda x: x * 2 + 1).lower(x).as_text("llvm")
+    assert f"load <{lanes} x float>" in text and f"<{lanes * SUM_VECTORS} x float>" not in text
+    # a transcendental's chain of dependent FMAs: SUM_VECTORS independent vectors an iteration
+    text = fnx.jit(lambda x: jnp.exp(x) * 2).lower(x).as_text("llvm")
+    assert f"load <{lanes * SUM_VECTORS} x float>" in text
 
 
 def test_actions_that_break_independence_are_refused():
@@ -320,3 +323,22 @@ def test_few_heavy_iterations_are_threaded():
     expected = x.astype(np.float64)
     for _ in range(20): expected = np.sin(expected) * 1.5 + np.exp(-expected * expected)
     np.testing.assert_allclose(np.asarray(fnx.jit(heavy)(x)), expected, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("width", [1024, 1000, 48])
+def test_row_sums_accumulate_in_several_vectors(width):
+    """A layernorm row's sums accumulate in SUM_VECTORS vectors (independent chains of adds) where that leaves no
+    masked remainder, fewer where it would; the result matches float64 either way."""
+    x_np = np.random.default_rng(0).standard_normal((8, width)).astype(np.float32) * 3 + 1
+
+    def layernorm(x):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    lowering = fnx.jit(layernorm).lower(jnp.asarray(x_np)).executable.lowering
+    (kernel, _), = [(k, lines) for k, lines in lowering.kernels if lines is not None]
+    lanes = TARGET.vector_bytes // 4
+    vectors = next((v for v in (SUM_VECTORS, 2) if width % (v * lanes) == 0), 1)
+    assert kernel.lanes and kernel.lanes[0].arg.size == lanes * vectors
+    x64 = x_np.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(fnx.jit(layernorm)(jnp.asarray(x_np))), want, rtol=2e-5, atol=2e-5)
