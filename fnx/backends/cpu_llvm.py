@@ -23,6 +23,7 @@ from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, Host
 from fnx import events
 from fnx.backends import native_pool
 from fnx.backends.cpu_beam import kernel_timers
+from fnx.backends.chain_driver import render_driver
 from fnx.backends.cpu_target import host_target
 from fnx.backends.control import run_control
 from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
@@ -237,7 +238,11 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     if (found := _lowerings.get(key)) is not None: return found
     modules = _Modules(device.compiler, device.renderer)  # LLVM compiles the first kernels while later are lowered
     with _quick_gil_handoffs():
-        lowering: Lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers())
+        lowering: Lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
+        if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
+            source = module_source([(render_driver(c), set()) for c in lowering.chains])
+            modules.sources.append(source)
+            modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit(source)))
         engine_of, compiled = modules.finish()
     found = (lowering, engine_of, compiled, "\n\n".join(modules.sources))
     if all(p.device is None for p in fn.src[1:]): _lowerings.put(key, found)  # (others are per device anyway)
@@ -285,7 +290,16 @@ class CPUExecutable(Executable):
         schedule = self.lowering.schedule
         self.buffers, self.output_ids = schedule.buffers, list(schedule.outputs)
         self.items: list = []
-        for kernel, lines in self.lowering.kernels:
+        self.tables: list = []
+        chains = {c.first: c for c in self.lowering.chains}
+        skip = 0
+        for i, (kernel, lines) in enumerate(self.lowering.kernels):
+            if (chain := chains.get(i)) is not None:
+                self._add_chain(chain, engine_of)
+                skip = len(chain.members)
+            if skip:  # (a member of a chain: its driver calls it)
+                skip -= 1
+                continue
             if lines is None:  # a control-flow step or a transfer: done on the host
                 self.launches.append((kernel, None, None, None, ()))
                 self.items.append(self._host_item(kernel))
@@ -324,6 +338,23 @@ class CPUExecutable(Executable):
                         for i, slot in plan.slot_of.items()]
         self._aliases: dict[tuple[int, ...], dict[int, int]] = {}
 
+    def _add_chain(self, chain, engine_of: dict) -> None:
+        """The launch of a row chain's driver (fnx/backends/chain_driver.py), given the member kernels' addresses
+        in a table this executable keeps."""
+        fns = (ctypes.c_void_p * len(chain.members))(*[engine_of[k.name].get_function_address(k.name)
+                                                        for k in chain.members])
+        table = ctypes.addressof(fns)
+        engine = engine_of[chain.name]
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(chain.args) + 1)), ctypes.c_int64, ctypes.c_int64)
+        func = proto(engine.get_function_address(chain.name))
+        self.packed[chain.name] = engine.get_function_address(f"{chain.name}_packed")
+        self.tables.append((fns, func))  # (both must live as long as the executable)
+        getter = operator.itemgetter(*chain.args)
+        chunks = tuple((lo, min(lo + chain.step, chain.rows)) for lo in range(0, chain.rows, chain.step))
+        self.launches.append((chain, func, lambda ptrs: (table, *getter(ptrs)), chunks[0] if len(chunks) == 1
+                              else None, chunks))
+        self.items.append(Launch(chain.name, self.device, tuple(chain.args), chunks))
+
     def _memory_of(self, spec) -> tuple[str, object]:
         """(device name, its pool's `array`) for a buffer of the schedule."""
         if spec.device in (None, self.device): return self.device, self.memory.array
@@ -344,8 +375,7 @@ class CPUExecutable(Executable):
     def aliases(self, donated: tuple[int, ...]) -> dict[int, int]:
         """Which outputs may be written into which donated inputs: {output buffer id: input index}."""
         if donated not in self._aliases:
-            steps = [k for k, _ in self.lowering.kernels]
-            self._aliases[donated] = donation_aliases(self.lowering.schedule, steps, donated)
+            self._aliases[donated] = donation_aliases(self.lowering.schedule, self.lowering.steps(), donated)
         return self._aliases[donated]
 
     def __call__(self, inputs: list[Buffer], donated: tuple[int, ...] = (), queue: bool = False) -> list[Buffer]:

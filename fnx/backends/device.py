@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fnx import dtypes, events
+from fnx.lower.chain import RowChain
 from fnx.cache_files import write_atomically
 from fnx.config import config
 from fnx.dtypes import DType
@@ -504,6 +505,11 @@ class Executable:
         """Report one launch of `kernel` (a lowered Kernel) that began at `start` and has finished: its name within
         this executable's function, shape, estimated bytes and FLOPs (see fnx.events)."""
         flops, moved = self.lowering.cost(kernel)
+        if isinstance(kernel, RowChain):  # (its kernels run interleaved: one event)
+            events.finished("kernel", f"{self.label}:{kernel.name}", start, device=self.device, bytes=moved,
+                            flops=flops, loops=[kernel.rows], actions=[f"ROW_CHAIN({len(kernel.members)}, "
+                                                                       f"{kernel.block})"])
+            return
         events.finished("kernel", f"{self.label}:{kernel.name}", start, device=self.device, bytes=moved,
                         flops=flops, loops=[r.arg.size for r in kernel.ranges + kernel.reduce_ranges],
                         actions=list(kernel.opts))

@@ -5,7 +5,8 @@ A buffer lives from the first step that uses it (the kernel that writes it) to t
 Steps run in order, so two buffers can share memory when one's last use comes strictly before the other's
 first. Greedy first-fit over buffers in order of first use, reusing the smallest free slot that is large
 enough. Inputs and outputs are never planned (the caller owns them), nor are a control step's outputs (they
-are produced by the loop itself).
+are produced by the loop itself). A row chain (fnx/lower/chain.py) is one step: its kernels run interleaved, so
+all its buffers live through all of it.
 
 Donation (`jit(..., donate_argnums=...)`) hands an input's memory to the call: `donation_aliases` says which
 outputs may be written into which donated inputs (see its docstring for the rule).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fnx.lower.chain import RowChain
 from fnx.lower.rangeify import HostStep, Kernel, Schedule
 from fnx.uop import Ops
 
@@ -83,10 +85,12 @@ def _accesses(kernel: Kernel, op: Ops) -> list:
 
 
 def kernel_reads(step) -> set[int]:
+    if isinstance(step, RowChain): return set().union(*(kernel_reads(k) for k in step.members))
     return set(step.inputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
 
 
 def kernel_writes(step) -> set[int]:
+    if isinstance(step, RowChain): return set().union(*(kernel_writes(k) for k in step.members))
     return set(step.outputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.STORE)}
 
 
@@ -100,7 +104,7 @@ def _in_place(step, donated: int, out: int) -> bool:
     elements, so no read ever sees a write.
     """
     if donated not in kernel_reads(step): return True
-    if isinstance(step, HostStep): return False
+    if isinstance(step, (HostStep, RowChain)): return False
     stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
     if len(stores) != 1 or len(stores[0].src) != 3 or out in kernel_reads(step): return False
     index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)

@@ -9,10 +9,11 @@ import contextlib
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fnx import dtypes, events
 from fnx.debug.printing import format_function
+from fnx.lower.chain import RowChain, find_chains, grouped_steps
 from fnx.lower.complex import complex_buffers, split_complex
 from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
@@ -94,11 +95,20 @@ class Lowering:
     schedule: Schedule
     kernels: list[tuple[Kernel, Linear]]
     memory: MemoryPlan
+    chains: list[RowChain] = field(default_factory=list)  # runs of kernels the runtime interleaves by row blocks
+
+    def steps(self) -> list:
+        """The kernels and host steps in order, each row chain as one step (what memory planning sees)."""
+        return grouped_steps([k for k, _ in self.kernels], self.chains)
 
     def cost(self, kernel: Kernel) -> tuple[int, int]:
         """(estimated FLOPs, bytes moved) of one run of `kernel`, from its form before optimize (vector lanes and
         unrolled ranges confuse the byte estimate); a kernel optimize made (an init, a PACK copy) counts its own."""
         costs = self.__dict__.setdefault("_costs", {})
+        if isinstance(kernel, RowChain):  # its kernels' FLOPs; its buffers' bytes once (the scratch stays in cache)
+            flops = sum(self.cost(k)[0] for k in kernel.members)
+            spec = self.schedule.buffers
+            return flops, sum(spec[b].size * spec[b].dtype.itemsize for b in kernel.args[:-1])
         if kernel.name not in costs:
             before = {k.name: k for k in self.schedule.kernels if not isinstance(k, HostStep)}
             source = before.get(kernel.name.removesuffix("_acc"), kernel)
@@ -115,8 +125,12 @@ class Lowering:
             return "\n".join(f"{k.name}: {host_step_text(k)}" if isinstance(k, HostStep) else
                              f"kernel {describe(k)}; buffers {k.args}, loops {[r.arg.size for r in k.ranges]} reduce "
                              f"{[r.arg.size for r in k.reduce_ranges]}" for k in self.schedule.kernels)
-        parts = []
-        for kernel, lines in self.kernels:
+        parts, starts = [], {c.first: c for c in self.chains}
+        for i, (kernel, lines) in enumerate(self.kernels):
+            if stage == "optimize" and (c := starts.get(i)) is not None:
+                parts.append(f"{c.name}: the next {len(c.members)} kernels by blocks of {c.block} of their {c.rows} "
+                             f"rows, {c.threads} thread(s); buffers {sorted(c.scratch)} in {c.thread_bytes} bytes "
+                             f"of scratch a thread")
             if lines is None:
                 parts.append(f"{kernel.name}: {host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
                 continue
@@ -151,19 +165,19 @@ def _new_buffer(schedule: Schedule):
     return new
 
 
-def lower(fn: UOp, target: Target, emit=None, measure=None) -> Lowering:
+def lower(fn: UOp, target: Target, emit=None, measure=None, chains: bool = False) -> Lowering:
     """The kernels of FUNCTION `fn` for `target` (its vector width, caches and threads steer the schedules);
     `emit(kernels)`, when given, receives each kernel's optimized pieces (kernel, linear program) as soon as they
     are done (the CPU backend compiles them while the next ones are lowered). A kernel's actions are a test's
     schedule_override's, else BEAM's when FNX_BEAM is set and the backend gave a way to time kernels (`measure`,
     fnx/lower/search.py), else the hand heuristics'."""
     with events.span("lower", events.current_name()) as found:
-        lowering = _lower(fn, target, emit, measure, found)
+        lowering = _lower(fn, target, emit, measure, found, chains)
         found.update(kernels=sum(lines is not None for _, lines in lowering.kernels))
     return lowering
 
 
-def _lower(fn: UOp, target: Target, emit, measure, split: dict) -> Lowering:
+def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) -> Lowering:
     """`lower`'s work; `split` receives the milliseconds each stage took (FNX_DEBUG and the profiler show them)."""
     clock = time.perf_counter()
     origins: dict[UOp, str] = {}
@@ -187,7 +201,8 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict) -> Lowering:
         kernels.extend(done)
         if emit is not None: emit(done)  # (the CPU renders here and hands modules to the LLVM thread)
     split["optimize_ms"] = round((time.perf_counter() - clock) * 1e3, 2)
-    return Lowering(fn, schedule, kernels, plan_memory(schedule, [k for k, _ in kernels]))
+    found = find_chains(schedule, kernels, target) if chains else []
+    return Lowering(fn, schedule, kernels, plan_memory(schedule, grouped_steps([k for k, _ in kernels], found)), found)
 
 
 __all__ = ["lower", "Lowering", "STAGES", "callify", "dtypes"]

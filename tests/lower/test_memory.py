@@ -13,8 +13,8 @@ def _lowering(f, *args):
 
 
 def _check_no_overlap(lowering):
-    """Buffers that share a slot are never used by overlapping ranges of steps."""
-    steps = [k for k, _ in lowering.kernels]
+    """Buffers that share a slot are never used by overlapping ranges of steps (a row chain is one step)."""
+    steps = lowering.steps()
     span = {}
     for i, step in enumerate(steps):
         for b in _uses(step):

@@ -1,0 +1,174 @@
+"""Row chains: consecutive kernels that walk the same rows run block by block, each block through all of them.
+
+A chain of layernorms (eight steps on (4096, 1024), one kernel each) reads and writes the whole array once per
+kernel, though each step needs only its own row of the step before: a 4 KB row of all eight steps fits in L1.
+The kernels are already what makes a row fast (each reduction and the elementwise pass over a row, vectorized);
+what costs is the memory traffic between them. So the runtime runs them interleaved: rows 0..B of every kernel
+of the chain, then rows B..2B, and so on, each thread over its own share of the rows. An intermediate buffer that
+only the chain uses then never needs its whole size: each thread gets a scratch region of B rows per such buffer,
+and a kernel is handed that region's address shifted back by the block's first row, so its unchanged index
+arithmetic lands in the region. The chain reads its inputs and writes its outputs once; what passes between its
+kernels stays in cache. (XLA and tinygrad fuse such chains inside one kernel; here the kernels stay as they are
+and a small native driver calls them block by block: `fnx/backends/chain_driver.py`.)
+
+When this is right: every kernel's thread-split loop (its outermost independent loop, `Kernel.thread_range`)
+runs over the same N rows, and every access to a buffer some kernel of the chain writes is *row-local*: its
+index is `row * S + rest` with `0 <= rest < S` and the same S for every access of that buffer in the chain. Then
+a block of rows touches only its own S-element rows of those buffers, blocks are disjoint, and within a block
+the kernels run in their order: the same reads see the same writes as when each kernel runs whole. Buffers the
+chain only reads may be read anywhere (a weight vector, a broadcast row). Memory planning and donation treat the
+chain as one step, so no two of its buffers share memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fnx import dtypes
+from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
+from fnx.lower.symbolic import build, terms
+from fnx.lower.target import Target
+from fnx.uop import Ops, UOp
+
+CHAIN_MIN_BYTES = 1 << 20  # the chain's scratch buffers together at least this big: smaller ones stay in cache anyway
+
+
+@dataclass
+class RowChain:
+    """Kernels `first`..`first + len(members) - 1` of a lowering, run block by block (module docstring)."""
+    name: str
+    first: int
+    members: list[Kernel]
+    rows: int                  # N, the rows every member's thread-split loop runs over
+    block: int                 # rows per block
+    step: int                  # rows per thread's chunk (N when the chain runs on one thread)
+    args: list[int]            # the schedule buffers the driver is given: members' buffers except the scratch ones,
+                               # then `scratch_buffer`
+    scratch: dict[int, tuple[int, int]]  # scratch buffer id -> (byte offset in a thread's region, bytes per row)
+    thread_bytes: int          # one thread's scratch region
+    scratch_buffer: int        # the schedule buffer of every thread's region
+
+    @property
+    def work(self) -> int:
+        return sum(k.work for k in self.members)
+
+    @property
+    def threads(self) -> int:
+        return -(-self.rows // self.step)
+
+
+def _row_stride(index: UOp, row: UOp, lanes: int) -> int | None:
+    """S when `index` (of a `lanes`-wide access) is `row * S + rest` with `0 <= rest` and `rest + lanes <= S`,
+    else None."""
+    parts, const = terms(index)
+    strides = [c for t, c in parts if t is row]
+    rest = [(t, c) for t, c in parts if t is not row]
+    if len(strides) != 1 or strides[0] <= 0 or any(row in t.toposort for t, _ in rest): return None
+    lo, hi = build(index.dtype, rest, const).bounds
+    return strides[0] if lo >= 0 and hi + lanes <= strides[0] else None
+
+
+def _accesses(kernel: Kernel) -> list[tuple[int, bool, int | None]] | None:
+    """(buffer id, written?, row stride or None) of each LOAD and STORE of a kernel whose thread-split loop is its
+    rows; None when the kernel cannot join a chain."""
+    if kernel.thread_range < 0 or not kernel.parallel or kernel.locals: return None
+    row = kernel.ranges[kernel.thread_range]
+    out = []
+    for u in kernel.sink.toposort:
+        if u.op not in (Ops.LOAD, Ops.STORE): continue
+        lanes = u.arg.arg.size if u.arg is not None else 1
+        out.append((kernel.args[u.src[0].arg.slot], u.op is Ops.STORE, _row_stride(u.src[1], row, lanes)))
+    return out
+
+
+def _consistent(accesses: list[list]) -> dict[int, int] | None:
+    """{written buffer: row stride} when every access of every buffer the kernels write is row-local with one
+    stride per buffer, else None."""
+    written = {b for acc in accesses for b, w, _ in acc if w}
+    strides: dict[int, int] = {}
+    for acc in accesses:
+        for b, _, s in acc:
+            if b not in written: continue
+            if s is None or strides.setdefault(b, s) != s: return None
+    return strides
+
+
+def find_chains(schedule: Schedule, steps: list, target: Target) -> list[RowChain]:
+    """The row chains among `steps` (a lowering's (kernel or host step, linear program) list), each adding its
+    scratch buffer to `schedule`."""
+    chains: list[RowChain] = []
+    run: list[int] = []        # indices of the chain being grown
+    run_acc: list[list] = []   # their accesses
+
+    def close() -> None:
+        if len(run) >= 2 and (chain := _chain(schedule, steps, run, run_acc, target)) is not None:
+            chains.append(chain)
+        run.clear()
+        run_acc.clear()
+
+    for i, (kernel, lines) in enumerate(steps):
+        acc = None if lines is None or isinstance(kernel, HostStep) else _accesses(kernel)
+        if acc is None:
+            close()
+            continue
+        rows = kernel.ranges[kernel.thread_range].arg.size
+        if run and (steps[run[0]][0].ranges[steps[run[0]][0].thread_range].arg.size != rows
+                    or _consistent(run_acc + [acc]) is None):
+            close()
+        if not run and _consistent([acc]) is None: continue
+        run.append(i)
+        run_acc.append(acc)
+    close()
+    return chains
+
+
+def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list], target: Target) -> RowChain | None:
+    """The chain of kernels `run` (indices into `steps`), or None when it would not pay."""
+    members = [steps[i][0] for i in run]
+    strides = _consistent(run_acc)
+    written = set(strides)
+    read_later = {b for j, acc in enumerate(run_acc) for b, w, _ in acc if not w and any(
+        b in {c for c, wc, _ in prev if wc} for prev in run_acc[:j])}
+    if not read_later: return None  # nothing passes between the kernels
+    inside = set(run)
+    elsewhere = set()  # buffers some step outside the chain reads
+    for i, (step, lines) in enumerate(steps):
+        if i in inside: continue
+        elsewhere |= set(step.inputs) if isinstance(step, HostStep) else set(step.args)
+    scratch_ids = [b for b in sorted(written) if schedule.buffers[b].kind == "intermediate" and b not in elsewhere
+                   and b not in schedule.outputs]
+    full_bytes = sum(schedule.buffers[b].size * schedule.buffers[b].dtype.itemsize for b in scratch_ids)
+    if full_bytes < CHAIN_MIN_BYTES: return None
+    rows = members[0].ranges[members[0].thread_range].arg.size
+    row_bytes = {b: s * schedule.buffers[b].dtype.itemsize for b, s in strides.items()}
+    touched = sum(row_bytes.values()) + sum(  # the rows of the buffers it only reads, where those are row-local
+        s * schedule.buffers[b].dtype.itemsize for b, s in {(b, s) for acc in run_acc for b, w, s in acc
+                                                            if s is not None and b not in written})
+    block = max(1, min(rows, target.l2_bytes // 2 // max(touched, 1)))
+    step = -(-rows // target.threads)  # (every member is thread-split: so is the chain)
+    scratch, offset = {}, 0
+    for b in scratch_ids:
+        scratch[b] = (offset, row_bytes[b])
+        offset += -(-block * row_bytes[b] // 64) * 64  # (each region starts on a cache line)
+    threads = -(-rows // step)
+    schedule.buffers.append(BufferSpec(dtypes.uint8, max(offset * threads, 1), "intermediate"))
+    args = list(dict.fromkeys(b for k in members for b in k.args if b not in scratch))
+    return RowChain(f"chain_{members[0].name}_{len(members)}", run[0], members, rows, block, step,
+                    args + [len(schedule.buffers) - 1], scratch, offset, len(schedule.buffers) - 1)
+
+
+def grouped_steps(steps: list, chains: list[RowChain]) -> list:
+    """`steps` (kernels and host steps) with each chain's members replaced by the chain (memory planning and
+    donation see a chain as one step that uses all its buffers at once)."""
+    starts = {c.first: c for c in chains}
+    out, i = [], 0
+    while i < len(steps):
+        if (c := starts.get(i)) is not None:
+            out.append(c)
+            i += len(c.members)
+            continue
+        out.append(steps[i])
+        i += 1
+    return out
+
+
+__all__ = ["RowChain", "find_chains", "grouped_steps", "CHAIN_MIN_BYTES"]

@@ -1,0 +1,159 @@
+"""Row chains (fnx/lower/chain.py): kernels that walk the same rows run block by block through a native driver.
+Every result is checked against numpy in float64 (or JAX for gradients); each test also checks that the chain it
+means to exercise was formed, so a test cannot pass by never running the driver."""
+import threading
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends import cpu_llvm
+from fnx.lower import chain as chain_module
+from fnx.lower.memory import _uses
+
+ROWS, COLS = 1037, 1024  # 1M elements a kernel (so each is thread-split); rows divisible by neither block nor threads
+
+
+@pytest.fixture(autouse=True)
+def fresh_lowerings():
+    """Every test lowers afresh (a lowering cached by an earlier test may have been made under other settings)."""
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+    yield
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+
+
+def _layernorm_steps(lib, x, steps, g=None, b=None):
+    for _ in range(steps):
+        mean = x.mean(-1, keepdims=True)
+        y = (x - mean) / lib.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+        if g is not None: y = y * g + b
+        x = x + 0.5 * y
+    return x
+
+
+def _data(rows=ROWS, cols=COLS, seed=0):
+    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 2 + 0.5
+
+
+def _chains(f, *args):
+    return fnx.jit(f).lower(*args).executable.lowering.chains
+
+
+def test_layernorm_chain_runs_by_row_blocks():
+    x = _data()
+    f = lambda x: _layernorm_steps(jnp, x, 4)  # noqa: E731
+    chains = _chains(f, jnp.asarray(x))
+    assert len(chains) == 1 and len(chains[0].members) == 4
+    c = chains[0]
+    assert c.block < c.step <= c.rows and len(c.scratch) == 3  # several blocks a thread; three buffers in scratch
+    want = _layernorm_steps(np, x.astype(np.float64), 4)
+    got = np.asarray(fnx.jit(f)(jnp.asarray(x)))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)  # the second call: the same
+
+
+def test_chain_scratch_is_not_planned_and_no_slots_overlap():
+    x = jnp.asarray(_data())
+    lowering = fnx.jit(lambda x: _layernorm_steps(jnp, x, 4)).lower(x).executable.lowering
+    (c,) = lowering.chains
+    assert not set(c.scratch) & set(lowering.memory.slot_of)  # (16 MB buffers that need 3 x block rows)
+    assert c.scratch_buffer in lowering.memory.slot_of
+    spans = {}
+    for i, step in enumerate(lowering.steps()):
+        for b in _uses(step): spans[b] = (spans.get(b, (i, i))[0], i)
+    by_slot = {}
+    for b, slot in lowering.memory.slot_of.items(): by_slot.setdefault(slot, []).append(spans[b])
+    for group in by_slot.values():
+        group.sort()
+        assert all(end < start for (_, end), (start, _) in zip(group, group[1:]))
+
+
+def test_values_the_chain_passes_on_stay_whole():
+    """An intermediate step that is also returned keeps its buffer (it is read after the chain)."""
+    x = _data(seed=1)
+
+    def f(x):
+        mid = _layernorm_steps(jnp, x, 2)
+        return mid, _layernorm_steps(jnp, mid, 2)
+    (c,) = _chains(f, jnp.asarray(x))
+    got_mid, got = (np.asarray(a) for a in fnx.jit(f)(jnp.asarray(x)))
+    want_mid = _layernorm_steps(np, x.astype(np.float64), 2)
+    np.testing.assert_allclose(got_mid, want_mid, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(got, _layernorm_steps(np, want_mid, 2), rtol=2e-5, atol=2e-5)
+
+
+def test_broadcast_parameters_and_the_gradient_match_jax():
+    jax = pytest.importorskip("jax")
+    x, g, b = _data(seed=2), np.linspace(0.5, 1.5, COLS, dtype=np.float32), np.linspace(-1, 1, COLS, dtype=np.float32)
+
+    def loss(lib):
+        return lambda x, g, b: (_layernorm_steps(lib, x, 3, g, b) ** 2).mean()
+    args = [jnp.asarray(a) for a in (x, g, b)]
+    assert _chains(lambda x, g, b: _layernorm_steps(jnp, x, 3, g, b), *args)
+    got = fnx.jit(fnx.grad(loss(jnp), argnums=(0, 1, 2)))(*args)
+    with jax.default_device(jax.devices("cpu")[0]):
+        want = jax.jit(jax.grad(loss(jax.numpy), argnums=(0, 1, 2)))(x, g, b)
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(w), rtol=2e-4, atol=1e-7)
+
+
+def test_a_step_that_reads_other_rows_splits_the_chain():
+    """A roll along the rows reads row i - 1 for row i: that kernel may not join the chain before it."""
+    x = _data(seed=3)
+
+    def f(lib):
+        def run(x):
+            x = _layernorm_steps(lib, x, 2)
+            x = lib.roll(x, 1, axis=0) * 0.5 + x
+            return _layernorm_steps(lib, x, 2)
+        return run
+    chains = _chains(f(jnp), jnp.asarray(x))
+    for c in chains:  # no kernel of a chain reads a chain-written buffer at another row
+        for k in c.members:
+            for buffer, written, stride in chain_module._accesses(k):
+                if any(buffer in {b for b, w, _ in chain_module._accesses(m) if w} for m in c.members):
+                    assert stride is not None
+    np.testing.assert_allclose(np.asarray(fnx.jit(f(jnp))(jnp.asarray(x))), f(np)(x.astype(np.float64)),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_donated_input_holds_a_correct_result():
+    x = _data(seed=4)
+    f = lambda x: _layernorm_steps(jnp, x, 3)  # noqa: E731
+    assert _chains(f, jnp.asarray(x))
+    got = np.asarray(fnx.jit(f, donate_argnums=0)(jnp.asarray(x)))
+    np.testing.assert_allclose(got, _layernorm_steps(np, x.astype(np.float64), 3), rtol=2e-5, atol=2e-5)
+
+
+def test_concurrent_calls_keep_their_own_scratch():
+    f = fnx.jit(lambda x: _layernorm_steps(jnp, x, 3))
+    inputs = [_data(seed=10 + i) for i in range(4)]
+    assert _chains(lambda x: _layernorm_steps(jnp, x, 3), jnp.asarray(inputs[0]))
+    results, errors = [None] * 4, []
+
+    def work(i):
+        try:
+            for _ in range(3): results[i] = np.asarray(f(jnp.asarray(inputs[i])))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors
+    for x, got in zip(inputs, results):
+        np.testing.assert_allclose(got, _layernorm_steps(np, x.astype(np.float64), 3), rtol=2e-5, atol=2e-5)
+
+
+def test_small_chains_are_left_alone():
+    """Below CHAIN_MIN_BYTES of scratch the kernels' buffers stay in cache anyway: no chain."""
+    x = _data(rows=64, cols=128)
+    assert not _chains(lambda x: _layernorm_steps(jnp, x, 4), jnp.asarray(x))
+
+
+def test_the_chain_is_shown():
+    x = jnp.asarray(_data())
+    text = fnx.jit(lambda x: _layernorm_steps(jnp, x, 2)).lower(x).as_text("optimize")
+    assert "chain_k0" in text and "by blocks of" in text
