@@ -28,7 +28,7 @@ its own RANGEs, in REDUCE.src[1:]; linearize nests each at the output loops it d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fnx import dtypes
 from fnx.dtypes import DType
@@ -370,9 +370,53 @@ def _finish(builder: KernelBuilder) -> None:
     for u, nests in builder.computed_in.items(): builder.plan.computed_in.setdefault(u, set()).update(nests)
 
 
-def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Kernel]:
-    """The kernel(s) computing realized node u into buffer buf_id."""
+@dataclass
+class _Built:
+    """A kernel an earlier split built for a realized node, with what its build depended on (`_reused`)."""
+    kernel: Kernel
+    groups: list[tuple[UOp, ...]]  # per kernel argument: the loaded nodes behind it (empty: the root's own buffer)
+    computed: frozenset            # the fused nodes it computed
+    stashed: frozenset             # those of them in the plan's stash
+    computed_in: dict              # what it told the plan (_finish)
+
+
+def _reused(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dict) -> list[Kernel] | None:
+    """The kernel an earlier split built for `u`, when this split would build the same one, else None.
+
+    A build is a deterministic walk from u: each node it meets is loaded when it is realized, computed otherwise
+    (raising _Realize when the plan keeps it, or by cost: both read only the realized status of the nodes the
+    walk meets), and stashed when the plan stashes it. So when every node it loaded is still realized, in the
+    same buffers as one another, and every node it computed is still unrealized, unkept and stashed alike, the
+    build would repeat itself; only the buffer ids change. The fixpoint in `rangeify` splits the whole function
+    several times, adding a few kept values each time: most kernels come out the same (the GPT step: 6 splits
+    of ~110 kernels)."""
+    entry = built.get(u)
+    if entry is None: return None
+    realized = schedule.realized
+    if any(v not in realized or realized[v] != realized[g[0]] for g in entry.groups for v in g): return None
+    if len({realized[g[0]] for g in entry.groups if g}) != sum(1 for g in entry.groups if g): return None
+    if any(v in realized or v in plan.keep for v in entry.computed): return None
+    if entry.stashed != frozenset(v for v in entry.computed if v in plan.stash): return None
+    for v, nests in entry.computed_in.items(): plan.computed_in.setdefault(v, set()).update(nests)
+    return [replace(entry.kernel, args=[realized[g[0]] if g else buf_id for g in entry.groups])]
+
+
+def _remember(built: dict, u: UOp, buf_id: int, builder: KernelBuilder, kernel: Kernel) -> None:
+    visited = {key[0] for key in builder.memo} - {u}
+    realized = builder.schedule.realized
+    loaded = [v for v in visited if v in realized]
+    groups = [tuple(v for v in loaded if realized[v] == a) if a != buf_id else () for a in kernel.args]
+    if any(not g for g, a in zip(groups, kernel.args) if a != buf_id): return  # (an argument it did not load)
+    computed = frozenset(visited) - set(loaded)
+    built[u] = _Built(replace(kernel), groups, computed, frozenset(v for v in computed if v in builder.plan.stash),
+                      builder.computed_in)
+
+
+def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dict | None = None) -> list[Kernel]:
+    """The kernel(s) computing realized node u into buffer buf_id; `built`, when given, keeps each built kernel
+    for later splits (`_reused`)."""
     if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule, plan)
+    if built is not None and (again := _reused(u, buf_id, schedule, plan, built)) is not None: return again
     out_idx, ranges = _ranges(u.shape, 0)
     builder = KernelBuilder(schedule, ranges, plan)
     builder.root, builder.root_buffer, builder.out_idx = u, buf_id, out_idx
@@ -385,8 +429,10 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan) -> list[Ke
     _finish(builder)
     name = f"{kernel_title(sink)}_{'x'.join(map(str, u.shape)) or 'scalar'}"
     sources = tuple(dict.fromkeys([u, *(key[0] for key in builder.memo)]))
-    return [Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges, sources=sources,
-                   row_ranges=rows)]
+    kernel = Kernel(name, simplify_kernel(sink), builder.args, ranges, builder.reduce_ranges, sources=sources,
+                    row_ranges=rows)
+    if built is not None: _remember(built, u, buf_id, builder, kernel)
+    return [kernel]
 
 
 # what a kernel's name says it does: its reductions first, then the elementwise ops worth naming (ADD and MUL only
@@ -546,16 +592,16 @@ def rangeify(fn: UOp) -> Schedule:
     Example: `rangeify(callify(fnx.make_graph(fnx.nn.softmax)(x).fn)).kernels` for a 2-d x is two kernels, each
     with its reduction fused in: exp(x - max) and its division by the row sums.
     """
-    plan = _Plan()
+    plan, built = _Plan(), {}
     while True:
-        schedule = _split(fn, plan)
+        schedule = _split(fn, plan, built)
         more = _recomputed(plan, schedule.realized)
-        if not more: return _unkeep_cheap(fn, plan, schedule)
+        if not more: return _unkeep_cheap(fn, plan, schedule, built)
         stash = {u for u in more if u not in plan.stash and _stashable(u, plan.computed_in[u])}
         plan = _Plan(plan.keep | (more - stash), plan.stash | stash)
 
 
-def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule) -> Schedule:
+def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Schedule:
     """The split again without the kept values that have become cheap, when that split needs no more buffers.
 
     A value chosen in an early round, while its cone still held work that later rounds gave buffers of their own,
@@ -566,13 +612,14 @@ def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule) -> Schedule:
              <= CHEAP_FLOPS}
     if not cheap: return schedule
     trial_plan = _Plan(plan.keep - cheap, plan.stash)
-    trial = _split(fn, trial_plan)
+    trial = _split(fn, trial_plan, built)
     if _recomputed(trial_plan, trial.realized) or len(trial.kernels) >= len(schedule.kernels): return schedule
     return trial
 
 
-def _split(fn: UOp, plan: _Plan) -> Schedule:
-    """One kernel split of `fn`, realizing plan.keep besides what the split itself finds it must realize."""
+def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
+    """One kernel split of `fn`, realizing plan.keep besides what the split itself finds it must realize
+    (`built`: kernels of earlier splits that may be reused, `_reused`)."""
     body = fn.src[0]
     params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg.slot)
     nparams = max(len(fn.src) - 1, max((p.arg.slot for p in params), default=-1) + 1)
@@ -615,7 +662,7 @@ def _split(fn: UOp, plan: _Plan) -> Schedule:
         buffers.append(BufferSpec(u.dtype, u.size, "intermediate", device=u.device))
         schedule.realized[u] = buf_id
         try:
-            kernels = _kernel_for(u, buf_id, schedule, plan)
+            kernels = _kernel_for(u, buf_id, schedule, plan, built)
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()

@@ -501,3 +501,36 @@ def test_chain_of_normalizations_matches_numpy(device):
     x = np.random.default_rng(12).standard_normal((16, 24)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(fnx.jit(normalizations(7))(x)), normalizations_numpy(x, 7),
                                rtol=1e-4, atol=1e-5)
+
+
+def _split_text(fn) -> list:
+    schedule = rangeify(fn)
+    return [(k.sink, tuple(k.args), tuple(r.arg for r in k.ranges), tuple(r.arg for r in k.reduce_ranges),
+             k.row_ranges is not None) if hasattr(k, "sink") else type(k).__name__ for k in schedule.kernels] + \
+        [(b.dtype, b.size, b.kind) for b in schedule.buffers] + [tuple(schedule.outputs)]
+
+
+def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
+    """rangeify splits the function several times; a kernel an earlier split built is reused when its build would
+    repeat (`_reused`). The whole schedule must equal the one built from scratch every time."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2]))
+    from bench import run as bench
+    from fnx.lower import rangeify as rangeify_module
+    rng = np.random.default_rng(0)
+    gpt = {k: jnp.asarray(v) for k, v in bench._gpt_params(rng).items()}
+    data = rng.integers(0, bench.GPT["vocab"], (bench.GPT["batch"], bench.GPT["seq"] + 1)).astype(np.int32)
+    mlp, x, y = bench._mlp_data()
+    programs = [
+        (bench._gpt_step(jnp, fnx.nn, fnx.value_and_grad), (gpt, jnp.asarray(data[:, :-1]), jnp.asarray(data[:, 1:]))),
+        (bench._mlp_step(jnp, fnx.nn, fnx.value_and_grad),
+         ({k: jnp.asarray(v) for k, v in mlp.items()}, jnp.asarray(x), jnp.asarray(np.eye(10, dtype=np.float32)[y]))),
+        (lambda x: fnx.nn.softmax(jnp.tanh(x) @ x.T, axis=-1).sum(0), (jnp.ones((64, 64)),)),
+    ]
+    for f, args in programs:
+        fn = callify(fnx.make_graph(f)(*args).fn)
+        reused = _split_text(fn)
+        monkeypatch.setattr(rangeify_module, "_reused", lambda *a: None)
+        rebuilt = _split_text(fn)
+        monkeypatch.undo()
+        assert reused == rebuilt
