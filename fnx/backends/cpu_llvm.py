@@ -203,7 +203,7 @@ class _Modules:
 
     def add(self, kernels: list) -> None:
         for kernel, lines in kernels:
-            if lines is None: continue
+            if lines is None or kernel.code: continue  # (a copy runs its original's function)
             text, declares = self.renderer.kernel(kernel, lines)
             self.pending.append((kernel.name, text, declares))
             self.size += len(text)
@@ -310,7 +310,8 @@ class CPUExecutable(Executable):
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
             addresses = operator.itemgetter(*args) if len(args) > 1 else lambda ptrs, b=args[0]: (ptrs[b],)
             # (the native pool calls a kernel that runs in chunks through its packed entry point)
-            program = CPUProgram(kernel.name, engine_of[kernel.name], max(len(kernel.args), 1), len(chunks) > 1)
+            code = kernel.code or kernel.name
+            program = CPUProgram(code, engine_of[code], max(len(kernel.args), 1), len(chunks) > 1)
             self.programs[kernel.name] = program
             if program.packed: self.packed[kernel.name] = program.packed
             self.launches.append((kernel, program.func, addresses, chunks[0] if len(chunks) == 1 else None, chunks))
@@ -341,8 +342,8 @@ class CPUExecutable(Executable):
     def _add_chain(self, chain, engine_of: dict) -> None:
         """The launch of a row chain's driver (fnx/backends/chain_driver.py), given the member kernels' addresses
         in a table this executable keeps."""
-        fns = (ctypes.c_void_p * len(chain.members))(*[engine_of[k.name].get_function_address(k.name)
-                                                        for k in chain.members])
+        fns = (ctypes.c_void_p * len(chain.members))(*[engine_of[k.code or k.name].get_function_address(
+            k.code or k.name) for k in chain.members])
         table = ctypes.addressof(fns)
         engine = engine_of[chain.name]
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(chain.args) + 1)), ctypes.c_int64, ctypes.c_int64)

@@ -802,6 +802,11 @@ class schedule_override:
         _overrides.remove(self.choose)
 
 
+def overriding() -> bool:
+    """Whether a schedule_override is in effect (its choices may differ between equal kernels)."""
+    return bool(_overrides)
+
+
 def overridden_opts(kernel: Kernel, target: Target) -> list[Opt] | None:
     """The actions the innermost schedule_override chooses for `kernel`, or None (no override, or none for it)."""
     return _overrides[-1](kernel, target) if _overrides else None
@@ -826,4 +831,4 @@ def optimize(kernel: Kernel, target: Target, opts: list[Opt] | None = None, new_
 
 
 __all__ = ["Opt", "OptError", "apply_opt", "apply_opts", "heuristic_opts", "optimize", "devectorize",
-           "schedule_override", "overridden_opts"]
+           "schedule_override", "overridden_opts", "overriding"]

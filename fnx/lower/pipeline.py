@@ -9,7 +9,7 @@ import contextlib
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fnx import dtypes, events
 from fnx.debug.printing import format_function
@@ -18,7 +18,7 @@ from fnx.lower.complex import complex_buffers, split_complex
 from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
-from fnx.lower.optimize import optimize, overridden_opts
+from fnx.lower.optimize import optimize, overridden_opts, overriding
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule, TransferStep, rangeify
 from fnx.lower.search import searched_opts
 from fnx.lower.symbolic import simplify_graph
@@ -165,6 +165,28 @@ def _new_buffer(schedule: Schedule):
     return new
 
 
+def _kernel_key(kernel: Kernel) -> tuple:
+    """What a kernel's schedule and code depend on: its graph (hash-consed: equal graphs are one object, its
+    buffers being the kernel's own PARAM slots), its loops and flags."""
+    return (kernel.sink, tuple(r.arg for r in kernel.ranges), tuple(r.arg for r in kernel.reduce_ranges),
+            kernel.parallel, kernel.thread_candidate,
+            None if kernel.row_ranges is None else tuple(r.arg for r in kernel.row_ranges))
+
+
+def _copy_of(original: Kernel, done: list, kernel: Kernel, schedule: Schedule) -> list:
+    """`kernel`'s optimized pieces when it equals `original` (a later layer's copy of a kernel, `_kernel_key`):
+    `original`'s, on `kernel`'s buffers, running `original`'s compiled functions; a buffer optimize made (PACK's
+    panels) gets one of its own."""
+    buffers = dict(zip(original.args, kernel.args))
+    out = []
+    for k, lines in done:
+        for a in k.args:
+            if a not in buffers: buffers[a] = _new_buffer(schedule)(schedule.buffers[a].dtype, schedule.buffers[a].size)
+        out.append((replace(k, name=kernel.name + k.name[len(original.name):], args=[buffers[a] for a in k.args],
+                            code=k.code or k.name), lines))
+    return out
+
+
 def lower(fn: UOp, target: Target, emit=None, measure=None, chains: bool = False) -> Lowering:
     """The kernels of FUNCTION `fn` for `target` (its vector width, caches and threads steer the schedules);
     `emit(kernels)`, when given, receives each kernel's optimized pieces (kernel, linear program) as soon as they
@@ -189,15 +211,22 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     complex_buffers(schedule, complex_inputs, complex_outputs)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
+    lowered: dict[tuple, tuple] = {}  # a kernel's graph and loops -> (it, its optimized kernels)
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{_named(kernel, origins)}"
         if isinstance(kernel, HostStep):  # the runtime does it (control flow: its bodies are lowered when first run)
             kernels.append((kernel, None))
             continue
-        kernel.sink = graph_rewrite(kernel.sink, transcendental)
-        opts = overridden_opts(kernel, target)
-        if opts is None and measure is not None: opts = searched_opts(kernel, target, measure)
-        done = [(k, linearize(k)) for k in optimize(kernel, target, opts, new_buffer=_new_buffer(schedule))]
+        key = _kernel_key(kernel)
+        if (seen := lowered.get(key)) is not None:
+            kernel.sink = seen[0].sink  # (its graph after the transcendental rewrite)
+            done = _copy_of(*seen, kernel, schedule)
+        else:
+            kernel.sink = graph_rewrite(kernel.sink, transcendental)
+            opts = overridden_opts(kernel, target)
+            if opts is None and measure is not None: opts = searched_opts(kernel, target, measure)
+            done = [(k, linearize(k)) for k in optimize(kernel, target, opts, new_buffer=_new_buffer(schedule))]
+            if not overriding(): lowered[key] = (kernel, done)
         kernels.extend(done)
         if emit is not None: emit(done)  # (the CPU renders here and hands modules to the LLVM thread)
     split["optimize_ms"] = round((time.perf_counter() - clock) * 1e3, 2)

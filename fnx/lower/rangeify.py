@@ -71,6 +71,8 @@ class Kernel:
     row_ranges: tuple | None = None  # with a stash (module doc): the output loops that must enclose the others (it
                                      # is written and read back within one of their iterations), the only ones
                                      # that may be thread-split
+    code: str = ""               # the name of the kernel whose compiled function this one runs, when it is a copy of
+                                 # an earlier kernel (same graph and loops: a later layer's); '' for its own
 
     @property
     def work(self) -> int:
