@@ -222,8 +222,19 @@ index = PatternMatcher([
 ])
 
 
+_memo: dict[UOp, UOp] = {}  # node -> its simplified form, shared by every call (see simplify_kernel)
+MEMO_MAX = 1 << 16
+
+
 def simplify_kernel(root: UOp) -> UOp:
-    return graph_rewrite(root, _kernel_rules)
+    """`root` with the kernel rules applied to a fixed point. The rules are pure functions of the (hash-consed)
+    nodes, so what a node simplifies to is remembered across calls: optimize simplifies a kernel after every
+    action, and the nodes an action did not touch are then looked up, not rewritten again (a third of W4's
+    lowering was these rewrites). The memo is replaced, not cleared, when it grows large (a rewrite on another
+    thread keeps using the one it started with)."""
+    global _memo
+    if len(_memo) > MEMO_MAX: _memo = {}
+    return graph_rewrite(root, _kernel_rules, memo=_memo)
 
 
 _array_rules, _kernel_rules = algebra + movement, algebra + index  # built once: a matcher indexes its rules by op
