@@ -585,9 +585,53 @@ def w12_attention_block():
     return report(f"W12 attention fwd+bwd b{b} h{h} t{t} d{d} causal", res, flops=12 * b * h * t * t * d)
 
 
+W13_PROGRAM = """
+import sys, time, numpy as np
+from bench import run as bench
+bench.GPT["layers"] = {layers}
+if {use_jax}:
+    import jax, jax.numpy as lib
+    lib_nn, grad, jit = jax.nn, jax.value_and_grad, jax.jit
+else:
+    import fnx, fnx.numpy as lib
+    lib_nn, grad, jit = fnx.nn, fnx.value_and_grad, fnx.jit
+rng = np.random.default_rng(0)
+params = bench._gpt_params(rng)
+data = rng.integers(0, bench.GPT["vocab"], (bench.GPT["batch"], bench.GPT["seq"] + 1)).astype(np.int32)
+f = jit(bench._gpt_step(lib, lib_nn, grad))
+t0 = time.perf_counter()
+p = {{k: lib.asarray(v) for k, v in params.items()}}
+np.asarray(f(p, lib.asarray(data[:, :-1]), lib.asarray(data[:, 1:]))[1])
+print(time.perf_counter() - t0)
+"""
+
+
+def w13_gpt_first_call():
+    """Trace + compile + first run of the W9 step with 1, 2 and 4 layers, each in a fresh process with an empty
+    compile cache: compile time should grow with the depth by a small constant (JAX's is the reference)."""
+    import os
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def run(layers: int, use_jax: bool) -> float:
+        env = dict(os.environ, FNX_CACHE_DIR="")
+        program = W13_PROGRAM.format(layers=layers, use_jax=use_jax)
+        out = subprocess.run([sys.executable, "-c", program], cwd=root, capture_output=True, text=True, timeout=600,
+                             env=env)
+        if out.returncode: raise RuntimeError(out.stderr[-2000:])
+        return float(out.stdout.strip().splitlines()[-1])
+    rows = []
+    for layers in (1, 2, 4):
+        res = {"fnx": run(layers, False)}
+        if jax: res["jax"] = run(layers, True)
+        rows += report(f"W13 first call of the GPT step, {layers} layer{'s' if layers > 1 else ''}", res,
+                       f"fnx {res['fnx']:.2f} s")
+    return rows
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
              "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain,
-             "W11": w11_convnet_step, "W12": w12_attention_block}
+             "W11": w11_convnet_step, "W12": w12_attention_block, "W13": w13_gpt_first_call}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:
