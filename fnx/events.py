@@ -128,6 +128,9 @@ def debug_line(event: Event, level: int) -> str | None:
     if event.cat == "lower" and "optimize_ms" in a:  # (optimize includes rendering each kernel, on the CPU)
         return (f"fnx: lower {event.name} {_duration(event.duration)} ({a.get('kernels')} kernels: callify "
                 f"{a['callify_ms']} ms, rangeify {a['rangeify_ms']} ms, optimize {a['optimize_ms']} ms)")
+    if event.cat == "lower" and "lowering_cache" in a:
+        return (f"fnx: lower {event.name} {_duration(event.duration)} ({a.get('kernels')} kernels from the lowering "
+                f"cache)")
     if event.cat == "compile" and "cache_misses" in a:
         return (f"fnx: compile {event.name} {_duration(event.duration)} ({a['kernels']} kernels; object code from the "
                 f"disk cache: {a['cache_hits']} modules, compiled now: {a['cache_misses']})")

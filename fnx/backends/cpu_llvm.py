@@ -28,9 +28,11 @@ from fnx.backends.cpu_target import host_target
 from fnx.backends.control import run_control
 from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
 from fnx.backends.llvm_render import module_source, render_function
+from fnx.backends.lowering_cache import LoweringCache
 from fnx.config import config
 from fnx.lower.memory import donation_aliases
-from fnx.lower.pipeline import STAGES, Lowering, lower
+from fnx.lower.optimize import overriding
+from fnx.lower.pipeline import STAGES, lower
 from fnx.lower.rangeify import HostStep, TransferStep
 from fnx.lower.target import Target
 from fnx.uop import Ops, UOp
@@ -237,15 +239,40 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     key = (fn, device.target)
     if (found := _lowerings.get(key)) is not None: return found
     modules = _Modules(device.compiler, device.renderer)  # LLVM compiles the first kernels while later are lowered
+    disk = _lowering_cache(device.target)
+    disk_key = disk.key(fn) if not config.beam and not overriding() else None
     with _quick_gil_handoffs():
-        lowering: Lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
-        if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
-            source = module_source([(render_driver(c), set()) for c in lowering.chains])
-            modules.sources.append(source)
-            modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit(source)))
+        start = time.perf_counter()
+        hit = disk.load(disk_key, fn) if disk_key is not None else None
+        if hit is not None and events.active:
+            events.finished("lower", events.current_name(), start, lowering_cache="hit",
+                            kernels=sum(lines is not None for _, lines in hit[0].kernels))
+        if hit is not None:  # lowered by an earlier process: its modules' object code is in the compile cache too
+            lowering, sources = hit
+            for names, source in sources:
+                modules.sources.append(source)
+                modules.jobs.append((names, device.compiler.submit(source)))
+        else:
+            lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
+            if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
+                source = module_source([(render_driver(c), set()) for c in lowering.chains])
+                modules.sources.append(source)
+                modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit(source)))
         engine_of, compiled = modules.finish()
+    if hit is None and disk_key is not None:
+        disk.store(disk_key, lowering, [(names, source) for (names, _), source in zip(modules.jobs, modules.sources)])
     found = (lowering, engine_of, compiled, "\n\n".join(modules.sources))
     if all(p.device is None for p in fn.src[1:]): _lowerings.put(key, found)  # (others are per device anyway)
+    return found
+
+
+_disk_lowerings: dict = {}
+
+
+def _lowering_cache(target: Target) -> LoweringCache:
+    """The on-disk lowering cache of `target` (fnx/backends/lowering_cache.py)."""
+    if (found := _disk_lowerings.get((target, config.cache_dir))) is None:
+        found = _disk_lowerings[(target, config.cache_dir)] = LoweringCache(target, PIPELINE)
     return found
 
 

@@ -178,13 +178,17 @@ class HostPool:
         mmap at one offset, so a kernel streaming from one into another (every chained call: its input is an
         earlier output) had loads and stores 4 KiB apart, which the CPU takes for a possible store-to-load
         dependency (4K aliasing): gelu over 16M floats from one pool block into another took 11.3 ms instead of
-        8.2 ms from a fresh array. Consecutive blocks are 5 cache lines apart."""
+        8.2 ms from a fresh array. Consecutive blocks start 5 cache lines apart within a page, wherever the
+        allocator put them (glibc serves large blocks from its heap, at any offset, once frees raised its mmap
+        threshold)."""
         stagger = nbytes >= STAGGER_MIN
         block = np.empty(nbytes + ALIGN + (PAGE if stagger else 0), np.uint8)
         block.flags.writeable = False
         start = block.ctypes.data
         self.made += 1
-        entry = [block, None, start + -start % ALIGN + (5 * ALIGN * self.made % PAGE if stagger else 0), None, 0]
+        first = start + -start % ALIGN
+        if stagger: first += (5 * ALIGN * self.made - first) % PAGE  # (an ALIGN multiple: both terms are)
+        entry = [block, None, first, None, 0]
         self._retype(entry, dtype, size)
         if len(kept or ()) >= self.per_size: return entry
         if self.kept_bytes + nbytes > self.max_bytes and not self._evict(self.kept_bytes + nbytes - self.max_bytes):

@@ -91,11 +91,17 @@ def _deep_recursion(limit: int = 50_000):
 
 @dataclass
 class Lowering:
-    fn: UOp
+    callified: UOp | None        # the function after callify (None until asked for, when read from a disk cache)
     schedule: Schedule
     kernels: list[tuple[Kernel, Linear]]
     memory: MemoryPlan
     chains: list[RowChain] = field(default_factory=list)  # runs of kernels the runtime interleaves by row blocks
+    source: UOp | None = None    # the function as given, when `callified` is to be made from it
+
+    @property
+    def fn(self) -> UOp:
+        if self.callified is None: self.callified = callify(self.source)
+        return self.callified
 
     def steps(self) -> list:
         """The kernels and host steps in order, each row chain as one step (what memory planning sees)."""

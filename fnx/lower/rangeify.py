@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from fnx import dtypes
 from fnx.dtypes import DType
@@ -74,7 +75,7 @@ class Kernel:
     code: str = ""               # the name of the kernel whose compiled function this one runs, when it is a copy of
                                  # an earlier kernel (same graph and loops: a later layer's); '' for its own
 
-    @property
+    @cached_property
     def work(self) -> int:
         """Innermost iterations: the output loops times the reduce loops of each reduction (reductions run one
         after another, except the levels of a blocked sum, each nested in the one outside it)."""

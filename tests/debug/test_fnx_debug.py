@@ -17,8 +17,10 @@ print("result", float(f(x)))
 """
 
 
-def run_with_debug(level: int) -> str:
-    env = dict(os.environ, FNX_DEBUG=str(level))
+def run_with_debug(level: int, cache_dir: str = "") -> str:
+    """The program's output at FNX_DEBUG=level, with `cache_dir` as its compile cache (none by default: the first
+    call then lowers and compiles)."""
+    env = dict(os.environ, FNX_DEBUG=str(level), FNX_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -51,3 +53,16 @@ def test_level_one_names_kernels_and_reports_compiles_and_cache_hits():
     assert all(f"{stage} " in lower_line for stage in ("callify", "rangeify", "optimize")), lower_line
     assert any(line.startswith("fnx: llvm scaled_tanh_sum: LLVM module") and "object_cache" in line
                for line in out.splitlines()), out
+
+
+def test_a_warm_process_reports_the_lowering_cache(tmp_path):
+    """With a compile cache, the second process reads the lowering and the object code instead of making them."""
+    cold = run_with_debug(1, str(tmp_path))
+    assert "from the lowering cache" not in cold and "fnx: lower scaled_tanh_sum " in cold
+    warm = run_with_debug(1, str(tmp_path))
+    lower_line = next(line for line in warm.splitlines() if line.startswith("fnx: lower scaled_tanh_sum "))
+    assert "1 kernels from the lowering cache" in lower_line, warm
+    compile_line = next(line for line in warm.splitlines() if line.startswith("fnx: compile scaled_tanh_sum on cpu"))
+    assert "compiled now: 0" in compile_line, compile_line
+    result = lambda out: float(next(line for line in out.splitlines() if line.startswith("result")).split()[1])  # noqa: E731
+    assert result(warm) == result(cold)

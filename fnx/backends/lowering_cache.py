@@ -1,0 +1,230 @@
+"""The lowering cache: a warm process skips Python lowering too, not only LLVM.
+
+The compile cache (ObjectCache) keeps machine code keyed by LLVM IR, so a warm process still traced, lowered
+(rangeify, optimize, linearize: ~190 ms for the W4 step) and rendered IR just to find the key. This cache keeps,
+next to it, what lowering produced for a FUNCTION: the kernels (their graphs, loops, schedules and linear
+programs), the buffers, the memory plan and the row chains, and the LLVM modules' sources. Its key hashes the
+FUNCTION's graph, the target, and the source code of fnx itself (a changed fnx never reads an older entry).
+
+Entries are plain data (JSON: a table of nodes, each its op, dtype, sources and argument, the arguments of a
+closed set of types), never pickles, so a cache file can at worst fail to decode: it is then ignored. A FUNCTION
+whose graph holds anything else (a device buffer, a Python callable of a custom rule, a control-flow step the
+runtime lowers when it first runs) is not cached.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import fields
+
+import fnx
+from fnx import dtypes
+from fnx.backends.device import ObjectCache
+from fnx.config import config
+from fnx.lower.chain import RowChain
+from fnx.lower.memory import MemoryPlan
+from fnx.lower.optimize import Opt
+from fnx.lower.pipeline import Lowering
+from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
+from fnx.lower.target import Target
+from fnx.uop import (ConstArg, IotaArg, Ops, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
+                     CollectiveArg, UOp)
+
+_DTYPES = {d.name: d for d in dtypes.ALL_DTYPES}
+_ARGS = {t.__name__: t for t in (ConstArg, IotaArg, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
+                                 CollectiveArg)}
+
+
+class Uncacheable(Exception):
+    """The lowering holds something this cache does not encode."""
+
+
+class _Nodes:
+    """A table of UOps, each after its sources and the UOps its arg names (a LOAD's lane range)."""
+
+    def __init__(self, for_key: bool = False):
+        self.index: dict[UOp, int] = {}
+        self.rows: list = []
+        self.for_key = for_key  # (a key may name a call's rule by its kind, tag and name: lowering inlines calls)
+
+    def ref(self, root: UOp) -> int:
+        stack = [(root, False)]
+        while stack:
+            u, ready = stack.pop()
+            if u in self.index: continue
+            if ready:
+                self.index[u] = len(self.rows)
+                arg = self.rule(u.arg) if self.for_key and u.op in (Ops.CALL, Ops.FUNCTION) else self.arg(u.arg)
+                self.rows.append([u.op.name, u.dtype.name, [self.index[s] for s in u.src], arg])
+                continue
+            stack.append((u, True))
+            stack.extend((s, False) for s in (*u.src, *([u.arg] if isinstance(u.arg, UOp) else []))
+                         if s not in self.index)
+        return self.index[root]
+
+    def rule(self, a):
+        """A call's rule as the lowering sees it: the PARAM tag of its body and the name kernels take from it (its
+        Python functions served the transforms, which are done)."""
+        if a is None: return None
+        return ["C", type(a).__name__, self.arg(tuple(getattr(a, "tag", ()))), callee_name_of(a)]
+
+    def arg(self, a):
+        if a is None or isinstance(a, (bool, int, str)): return a
+        if isinstance(a, float): return ["F", a.hex()]
+        if isinstance(a, UOp): return ["U", self.index[a]]
+        if isinstance(a, Ops): return ["O", a.name]
+        if isinstance(a, dtypes.DType): return ["D", a.name]
+        if type(a).__name__ in _ARGS and type(a) is _ARGS[type(a).__name__]:
+            return ["N", type(a).__name__, [self.arg(v) for v in a]]
+        if type(a) is tuple: return ["T", [self.arg(v) for v in a]]
+        raise Uncacheable(f"{type(a).__name__} argument")
+
+
+def callee_name_of(rule) -> str:
+    name = getattr(getattr(rule, "fun", None), "__name__", "") or getattr(rule, "name", "") or ""
+    return str(name)
+
+
+def _decode_arg(a, nodes: list):
+    if not isinstance(a, list): return a
+    tag = a[0]
+    if tag == "F": return float.fromhex(a[1])
+    if tag == "U": return nodes[a[1]]
+    if tag == "O": return Ops[a[1]]
+    if tag == "D": return _DTYPES[a[1]]
+    if tag == "N": return _ARGS[a[1]](*(_decode_arg(v, nodes) for v in a[2]))
+    if tag == "T": return tuple(_decode_arg(v, nodes) for v in a[1])
+    raise ValueError(f"unknown argument tag {tag!r}")
+
+
+def _decode_nodes(rows: list) -> list[UOp]:
+    nodes: list[UOp] = []
+    for op, dtype, src, arg in rows:
+        nodes.append(UOp(Ops[op], _DTYPES[dtype], tuple(nodes[i] for i in src), _decode_arg(arg, nodes)))
+    return nodes
+
+
+_KERNEL_FIELDS = ("name", "parallel", "thread_candidate", "thread_range", "code")
+
+
+def _encode_kernel(k: Kernel, t: _Nodes) -> dict:
+    if k.init or k.prelude: raise Uncacheable("an unscheduled kernel")
+    out = {f: getattr(k, f) for f in _KERNEL_FIELDS}
+    out["work"] = k.work  # (walking a big unrolled kernel's graph for it took 3 ms)
+    out.update(sink=t.ref(k.sink), args=list(k.args), ranges=[t.ref(r) for r in k.ranges],
+               reduce_ranges=[t.ref(r) for r in k.reduce_ranges], lanes=[t.ref(r) for r in k.lanes],
+               locals=[t.ref(r) for r in k.locals], opts=[[o.op, o.axis, o.amount] for o in k.opts],
+               row_ranges=None if k.row_ranges is None else [t.ref(r) for r in k.row_ranges])
+    return out
+
+
+def _decode_kernel(d: dict, nodes: list) -> Kernel:
+    k = Kernel(d["name"], nodes[d["sink"]], list(d["args"]), [nodes[i] for i in d["ranges"]],
+                  [nodes[i] for i in d["reduce_ranges"]], d["parallel"], d["thread_candidate"], d["thread_range"],
+                  tuple(nodes[i] for i in d["lanes"]), tuple(nodes[i] for i in d["locals"]),
+                  tuple(Opt(*o) for o in d["opts"]),
+                  row_ranges=None if d["row_ranges"] is None else tuple(nodes[i] for i in d["row_ranges"]),
+                  code=d["code"])
+    k.__dict__["work"] = d["work"]
+    return k
+
+
+def encode(lowering: Lowering, modules: list[tuple[list[str], str]]) -> bytes:
+    """The lowering and its modules ((kernel names, LLVM source) each) as bytes; raises Uncacheable."""
+    t = _Nodes()
+    if any(isinstance(k, HostStep) for k, _ in lowering.kernels) or \
+            any(isinstance(k, HostStep) for k in lowering.schedule.kernels):
+        raise Uncacheable("a host step")
+    kernels = [(_encode_kernel(k, t), [[what, t.ref(u)] for what, u in lines]) for k, lines in lowering.kernels]
+    before = [_encode_kernel(k, t) for k in lowering.schedule.kernels]
+    position = {id(k): i for i, (k, _) in enumerate(lowering.kernels)}
+    chains = [{**{f.name: getattr(c, f.name) for f in fields(RowChain) if f.name != "members"},
+               "scratch": [[b, o, r] for b, (o, r) in c.scratch.items()],
+               "members": [position[id(k)] for k in c.members]} for c in lowering.chains]
+    plan = lowering.memory
+    data = {"nodes": t.rows, "kernels": kernels, "before": before,
+            "buffers": [[b.dtype.name, b.size, b.kind, b.param, b.device] for b in lowering.schedule.buffers],
+            "outputs": list(lowering.schedule.outputs),
+            "memory": {**{f.name: getattr(plan, f.name) for f in fields(MemoryPlan)},
+                       "slot_of": [[b, s] for b, s in plan.slot_of.items()]},
+            "chains": chains, "modules": [names for names, _ in modules]}
+    # the LLVM sources after the JSON, apart (as JSON strings their escapes made loading 4x slower)
+    head = json.dumps(data, separators=(",", ":")).encode()
+    return zlib.compress(len(head).to_bytes(8, "little") + head + b"\0".join(s.encode() for _, s in modules), 1)
+
+
+def decode(blob: bytes, fn: UOp) -> tuple[Lowering, list[tuple[list[str], str]]]:
+    raw = zlib.decompress(blob)
+    n = int.from_bytes(raw[:8], "little")
+    data, tail = json.loads(raw[8:8 + n]), raw[8 + n:]
+    nodes = _decode_nodes(data["nodes"])
+    kernels = [(_decode_kernel(k, nodes), [(what, nodes[i]) for what, i in lines]) for k, lines in data["kernels"]]
+    buffers = [BufferSpec(_DTYPES[d], size, kind, param, device) for d, size, kind, param, device in
+               data["buffers"]]
+    schedule = Schedule([_decode_kernel(k, nodes) for k in data["before"]], buffers, list(data["outputs"]))
+    memory = data["memory"]
+    memory["slot_of"] = {b: s for b, s in memory["slot_of"]}
+    chains = [RowChain(**{**c, "scratch": {b: (o, r) for b, o, r in c["scratch"]},
+                          "members": [kernels[i][0] for i in c["members"]]}) for c in data["chains"]]
+    lowering = Lowering(None, schedule, kernels, MemoryPlan(**memory), chains, source=fn)
+    sources = [text.decode() for text in tail.split(b"\0")] if data["modules"] else []
+    return lowering, [(list(names), source) for names, source in zip(data["modules"], sources)]
+
+
+_fnx_digest: list[str] = []
+
+
+def _fnx_source_digest() -> str:
+    """A hash of fnx's own source code: an entry made by other code is never read."""
+    if not _fnx_digest:
+        root, h = os.path.dirname(os.path.abspath(fnx.__file__)), hashlib.sha256()
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f: h.update(name.encode() + f.read())
+        _fnx_digest.append(h.hexdigest())
+    return _fnx_digest[0]
+
+
+class LoweringCache:
+    """Entries on disk beside the compile cache (FNX_CACHE_DIR), one per (FUNCTION, target, fnx source)."""
+
+    def __init__(self, target: Target, pipeline: str):
+        self.files = ObjectCache(config.cache_dir, f"lowering {target.key} {pipeline} {_fnx_source_digest()}",
+                                 suffix=".lowering")
+
+    def key(self, fn: UOp) -> str | None:
+        """The entry's key, or None when `fn` cannot be cached (or there is no cache directory)."""
+        if self.files.directory is None: return None
+        t = _Nodes(for_key=True)
+        try:
+            t.ref(fn)
+        except Uncacheable:
+            return None
+        return self.files.key(json.dumps(t.rows, separators=(",", ":")))
+
+    def load(self, key: str, fn: UOp):
+        """(lowering, modules) from the entry under `key`, or None."""
+        blob = self.files.load(key)
+        if blob is None: return None
+        collecting = gc.isenabled()
+        gc.disable()  # (decoding makes ~20k small lists: in a process full of objects each full collection they set
+        try:          # off took 50 ms, 10x the decoding)
+            return decode(blob, fn)
+        except (ValueError, KeyError, TypeError, IndexError, zlib.error):  # (a damaged or foreign entry)
+            return None
+        finally:
+            if collecting: gc.enable()
+
+    def store(self, key: str, lowering: Lowering, modules: list) -> None:
+        try:
+            self.files.store(key, encode(lowering, modules))
+        except (Uncacheable, RecursionError):
+            pass
+
+
+__all__ = ["LoweringCache", "encode", "decode", "Uncacheable"]

@@ -1,0 +1,119 @@
+"""The lowering cache (fnx/backends/lowering_cache.py): a warm process reads what lowering produced instead of
+lowering again, gets the same results as the cold one and as numpy in float64, and a damaged entry is ignored.
+The round trip through the encoding gives back the very same (hash-consed) kernel graphs."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends.lowering_cache import Uncacheable, decode, encode
+
+PROGRAM = """
+import json, sys
+import numpy as np, fnx, fnx.numpy as jnp
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1100, 1024)).astype(np.float32)
+ws = [rng.standard_normal((64, 64)).astype(np.float32) * 0.1 for _ in range(3)]
+
+def chain(x):  # row chains (thread-split layernorm steps) and, below, shared kernels and packed operands
+    for _ in range(3):
+        m = x.mean(-1, keepdims=True)
+        x = x + 0.5 * (x - m) / jnp.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+    return x[:, :8]
+
+def layers(ws, h):
+    for w in ws: h = h + jnp.tanh(h @ w) * 0.5
+    return (h ** 2).mean()
+
+results, hits = [], []
+for f, args in ((chain, (x,)), (fnx.value_and_grad(layers), (ws, x[:600, :64]))):
+    jf = fnx.jit(f)
+    out = jf(*[jnp.asarray(a) if isinstance(a, np.ndarray) else [jnp.asarray(w) for w in a] for a in args])
+    results.append(np.asarray(fnx.tree_util.tree_leaves(out)[-1] if isinstance(out, tuple) else out).tolist())
+    lowering = jf.lower(*[jnp.asarray(a) if isinstance(a, np.ndarray) else [jnp.asarray(w) for w in a]
+                          for a in args]).executable.lowering
+    hits.append(lowering.callified is None)  # (read from the cache: callify was never run)
+    assert lowering.fn is not None  # (and is made when asked for)
+print(json.dumps([results, hits]))
+"""
+
+
+def run(cache_dir: str):
+    env = dict(os.environ, FNX_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _numpy_chain():
+    x = np.random.default_rng(0).standard_normal((1100, 1024)).astype(np.float32).astype(np.float64)
+    for _ in range(3):
+        m = x.mean(-1, keepdims=True)
+        x = x + 0.5 * (x - m) / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+    return x[:, :8]
+
+
+def test_warm_process_reads_the_lowering_and_gets_the_same_results(tmp_path):
+    cold, cold_hits = run(str(tmp_path))
+    assert cold_hits == [False, False]
+    assert glob.glob(str(tmp_path / "*" / "*.lowering"))
+    warm, warm_hits = run(str(tmp_path))
+    assert warm_hits == [True, True]
+    assert warm == cold
+    np.testing.assert_allclose(np.asarray(warm[0]), _numpy_chain(), rtol=2e-5, atol=2e-5)
+
+
+def test_a_damaged_entry_is_ignored(tmp_path):
+    cold, _ = run(str(tmp_path))
+    for path in glob.glob(str(tmp_path / "*" / "*.lowering")):
+        data = bytearray(open(path, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+    again, hits = run(str(tmp_path))
+    assert hits == [False, False] and again == cold
+
+
+def _lowering(f, *args):
+    return fnx.jit(f).lower(*args).executable
+
+
+def test_the_round_trip_gives_back_the_same_kernels():
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((1100, 1024)).astype(np.float32))
+
+    def f(x):
+        for _ in range(3):
+            m = x.mean(-1, keepdims=True)
+            x = x + 0.5 * (x - m) / jnp.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+        return jnp.exp(x[:, :64]) @ x[:64, :64]
+    exe = _lowering(f, x)
+    lowering = exe.lowering
+    assert lowering.chains  # (the round trip covers a chain, a PACK and a transcendental)
+    back, modules = decode(encode(lowering, [(["k0"], "source text")]), exe.fn)
+    assert modules == [(["k0"], "source text")]
+    assert len(back.kernels) == len(lowering.kernels)
+    for (k, lines), (k2, lines2) in zip(lowering.kernels, back.kernels):
+        assert k2.sink is k.sink and k2.args == k.args and k2.ranges == k.ranges and k2.opts == k.opts
+        assert (k2.name, k2.code, k2.thread_range, k2.lanes, k2.row_ranges, k2.work) == \
+            (k.name, k.code, k.thread_range, k.lanes, k.row_ranges, k.work)
+        assert lines2 == lines
+    assert back.schedule.buffers == lowering.schedule.buffers and back.schedule.outputs == lowering.schedule.outputs
+    assert back.memory == lowering.memory
+    for c, c2 in zip(lowering.chains, back.chains):
+        assert (c2.name, c2.first, c2.rows, c2.block, c2.step, c2.args, c2.scratch) == \
+            (c.name, c.first, c.rows, c.block, c.step, c.args, c.scratch)
+        assert [m.name for m in c2.members] == [m.name for m in c.members]
+    assert back.as_text("rangeify") == lowering.as_text("rangeify")
+    assert back.as_text("callify") == lowering.as_text("callify")
+
+
+def test_host_steps_are_not_cached():
+    f = lambda x: fnx.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ c[1]), (0, x))[1]  # noqa: E731
+    exe = _lowering(f, jnp.asarray(np.eye(300, dtype=np.float32)))
+    with pytest.raises(Uncacheable):
+        encode(exe.lowering, [])
