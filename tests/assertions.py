@@ -80,3 +80,18 @@ def wide_inputs(*args) -> bool:
     import numpy as np
     return any(isinstance(a, (np.ndarray, np.generic)) and a.dtype.itemsize == 8 and a.dtype.kind in "fiu"
                for a in args)
+
+
+def assert_slots_never_overlap(lowering) -> None:
+    """A lowering's memory plan: buffers that share a slot are never used by overlapping ranges of steps (a row
+    chain is one step)."""
+    from fnx.lower.memory import _uses
+    span = {}
+    for i, step in enumerate(lowering.steps()):
+        for b in _uses(step): span[b] = (span.get(b, (i, i))[0], i)
+    by_slot = {}
+    for b, slot in lowering.memory.slot_of.items(): by_slot.setdefault(slot, []).append(span[b])
+    for spans in by_slot.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert end < start, spans

@@ -8,9 +8,9 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
+from assertions import assert_slots_never_overlap
 from fnx.backends import cpu_llvm
 from fnx.lower import chain as chain_module
-from fnx.lower.memory import _uses
 
 ROWS, COLS = 1037, 1024  # 1M elements a kernel (so each is thread-split); rows divisible by neither block nor threads
 
@@ -61,14 +61,7 @@ def test_chain_scratch_is_not_planned_and_no_slots_overlap():
     (c,) = lowering.chains
     assert not set(c.scratch) & set(lowering.memory.slot_of)  # (16 MB buffers that need 3 x block rows)
     assert c.scratch_buffer in lowering.memory.slot_of
-    spans = {}
-    for i, step in enumerate(lowering.steps()):
-        for b in _uses(step): spans[b] = (spans.get(b, (i, i))[0], i)
-    by_slot = {}
-    for b, slot in lowering.memory.slot_of.items(): by_slot.setdefault(slot, []).append(spans[b])
-    for group in by_slot.values():
-        group.sort()
-        assert all(end < start for (_, end), (start, _) in zip(group, group[1:]))
+    assert_slots_never_overlap(lowering)
 
 
 def test_values_the_chain_passes_on_stay_whole():

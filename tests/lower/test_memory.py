@@ -4,29 +4,12 @@ import numpy as np
 
 import fnx
 import fnx.numpy as jnp
-from fnx.lower.memory import _uses
+from assertions import assert_slots_never_overlap
 from fnx.lower.rangeify import ControlStep
 
 
 def _lowering(f, *args):
     return fnx.jit(f).lower(*args).executable.lowering
-
-
-def _check_no_overlap(lowering):
-    """Buffers that share a slot are never used by overlapping ranges of steps (a row chain is one step)."""
-    steps = lowering.steps()
-    span = {}
-    for i, step in enumerate(steps):
-        for b in _uses(step):
-            lo, _ = span.get(b, (i, i))
-            span[b] = (lo, i)
-    by_slot = {}
-    for b, slot in lowering.memory.slot_of.items():
-        by_slot.setdefault(slot, []).append(span[b])
-    for spans in by_slot.values():
-        spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert end < start, spans
 
 
 def chain(x):
@@ -42,7 +25,7 @@ def test_disjoint_lifetimes_share_memory_and_results_hold():
     plan = lowering.memory
     assert plan.planned_bytes < plan.unplanned_bytes
     assert len(plan.slot_bytes) < len(plan.slot_of)
-    _check_no_overlap(lowering)
+    assert_slots_never_overlap(lowering)
     with fnx.default_device("interp"):
         want = float(fnx.jit(chain)(jnp.asarray(x)))
     np.testing.assert_allclose(float(fnx.jit(chain)(jnp.asarray(x))), want, rtol=1e-5, atol=1e-4)
@@ -66,7 +49,7 @@ def test_mlp_training_step_plan_is_bounded_by_its_tensors():
     plan = lowering.memory
     sizes = [s.size * s.dtype.itemsize for i, s in enumerate(lowering.schedule.buffers) if i in plan.slot_of]
     assert max(sizes) <= plan.planned_bytes <= plan.unplanned_bytes == sum(sizes)
-    _check_no_overlap(lowering)
+    assert_slots_never_overlap(lowering)
 
 
 def test_loop_outputs_are_not_planned():
@@ -113,4 +96,4 @@ def test_mlp_training_step_peak_is_bounded_by_its_live_tensors():
     params = sum(v.nbytes for v in p.values())
     activations = x.nbytes + 2 * 256 * 512 * 4 + 3 * 256 * 10 * 4  # x, pre-activation and h, logits/softmax/grad
     assert plan.peak_bytes < 2 * (params + params + activations)
-    _check_no_overlap(lowering)
+    assert_slots_never_overlap(lowering)

@@ -6,7 +6,7 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from fnx.lower.memory import _uses
+from assertions import assert_slots_never_overlap
 
 
 def _layers(lib, ws, x):
@@ -46,14 +46,7 @@ def test_copies_with_packed_operands_get_panels_of_their_own():
     lowering = fnx.jit(lambda ws, x: _layers(jnp, ws, x)).lower(*args).executable.lowering
     packs = [k for k, lines in lowering.kernels if lines is not None and "_pack" in k.name]
     assert len(packs) == len(ws) and len({k.args[-1] for k in packs}) == len(ws)
-    spans = {}
-    for i, step in enumerate(lowering.steps()):
-        for b in _uses(step): spans[b] = (spans.get(b, (i, i))[0], i)
-    by_slot = {}
-    for b, slot in lowering.memory.slot_of.items(): by_slot.setdefault(slot, []).append(spans[b])
-    for group in by_slot.values():
-        group.sort()
-        assert all(end < start for (_, end), (start, _) in zip(group, group[1:]))
+    assert_slots_never_overlap(lowering)
 
 
 def test_shared_kernels_under_grad_match_jax():
