@@ -7,9 +7,11 @@ programs), the buffers, the memory plan and the row chains, and the LLVM modules
 FUNCTION's graph, the target, and the source code of fnx itself (a changed fnx never reads an older entry).
 
 Entries are plain data (JSON: a table of nodes, each its op, dtype, sources and argument, the arguments of a
-closed set of types), never pickles, so a cache file can at worst fail to decode: it is then ignored. A FUNCTION
-whose graph holds anything else (a device buffer, a Python callable of a custom rule, a control-flow step the
-runtime lowers when it first runs) is not cached.
+closed set of types), never pickles, so a cache file can at worst fail to decode: it is then ignored. A call's
+rule (custom_jvp, custom_vjp, checkpoint) enters the key as what lowering reads of it, its body's PARAM tag and
+its name (its Python functions served the transforms, which are done; its body is in the graph). A FUNCTION whose
+graph holds anything else (a device buffer) or whose lowering has a host step (control flow the runtime lowers
+when it first runs) is not cached.
 """
 from __future__ import annotations
 
