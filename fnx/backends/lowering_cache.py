@@ -223,10 +223,12 @@ class LoweringCache:
             if collecting: gc.enable()
 
     def store(self, key: str, lowering: Lowering, modules: list) -> None:
+        """Write the entry; a lowering this cache cannot encode (a host step; a graph deeper than the recursion
+        limit) is simply not stored: the next process lowers it again."""
         try:
             self.files.store(key, encode(lowering, modules))
         except (Uncacheable, RecursionError):
-            pass
+            return
 
 
 __all__ = ["LoweringCache", "encode", "decode", "Uncacheable"]

@@ -150,3 +150,16 @@ def test_the_chain_is_shown():
     x = jnp.asarray(_data())
     text = fnx.jit(lambda x: _layernorm_steps(jnp, x, 2)).lower(x).as_text("optimize")
     assert "chain_k0" in text and "by blocks of" in text
+
+
+def test_float16_chain_matches_jax():
+    """Half-precision rows (2-byte elements: other strides and scratch sizes) chained, against JAX's float16."""
+    jax = pytest.importorskip("jax")
+    x = _data(seed=5).astype(np.float16)
+    f = lambda lib: (lambda x: _layernorm_steps(lib, x, 3))  # noqa: E731
+    assert _chains(f(jnp), jnp.asarray(x))
+    got = np.asarray(fnx.jit(f(jnp))(jnp.asarray(x))).astype(np.float64)
+    want = np.asarray(jax.jit(f(jax.numpy))(x)).astype(np.float64)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(got, _layernorm_steps(np, x.astype(np.float64), 3), rtol=2e-2, atol=2e-2)
