@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 import numpy as np
 
 from fnx.backends.device import (Buffer, Device, Executable, HostAllocator, HostCall, HostPool, Launch, LRUCache,
@@ -43,21 +44,56 @@ _BYTES = np.dtype(np.uint8)
 PIPELINE = "O2 slp-vectorize"  # part of every cache key: change it when the pass pipeline changes
 
 
-_llvm_thread = ThreadPoolExecutor(1, thread_name_prefix="fnx-llvm")  # every LLVM call of fnx, in order
+def _llvm_workers() -> int:
+    """Threads compiling LLVM modules at once: one per core (LLVM's optimizer and code generator release the GIL,
+    and a cold program's modules are independent), at most 4 (more only contend with lowering's own thread)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+class _LLVMThreads:
+    """The threads every LLVM call of fnx runs on. Each module is parsed into an LLVM context of its own, so
+    modules compile at once on several threads and no two threads ever share a context: LLVM contexts are not
+    thread-safe, and a module freed later (on whatever thread drops the last reference) touches only its own.
+    `idle` waits for every call in flight (before a fork: a child must not inherit LLVM mid-call)."""
+
+    def __init__(self):
+        self.pool = ThreadPoolExecutor(_llvm_workers(), thread_name_prefix="fnx-llvm")
+        self.in_flight: set = set()
+        self.lock = threading.Lock()
+
+    def submit(self, fn, *args):
+        future = self.pool.submit(fn, *args)
+        with self.lock: self.in_flight.add(future)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future) -> None:
+        with self.lock: self.in_flight.discard(future)
+
+    def idle(self) -> None:
+        with self.lock: pending = list(self.in_flight)
+        for future in pending:
+            try:
+                future.result()
+            except Exception:  # (its caller sees the error)
+                pass
+
+
+_llvm_thread = _LLVMThreads()
 
 
 def _llvm_idle() -> None:
-    """Before a fork: let the LLVM thread finish what it runs (a child must not inherit LLVM mid-call)."""
+    """Before a fork: let the LLVM threads finish what they run."""
     try:
-        _llvm_thread.submit(lambda: None).result()
+        _llvm_thread.idle()
     except RuntimeError:  # the interpreter is shutting down: nothing runs there any more
         pass
 
 
 def _llvm_restart() -> None:
-    """In a forked child: the parent's LLVM thread is not there; start another."""
+    """In a forked child: the parent's LLVM threads are not there; start others."""
     global _llvm_thread
-    _llvm_thread = ThreadPoolExecutor(1, thread_name_prefix="fnx-llvm")
+    _llvm_thread = _LLVMThreads()
 
 
 if hasattr(os, "register_at_fork"): os.register_at_fork(before=_llvm_idle, after_in_child=_llvm_restart)
@@ -68,14 +104,15 @@ class LLVMCompiler:
     unless FNX_CPU_TARGET names another); machine code is kept in the on-disk ObjectCache (FNX_CACHE_DIR), so a
     warm process skips LLVM's optimizer and code generator.
 
-    All of it runs on one thread of its own (`submit` returns a future): LLVM compiles a module while the caller
-    lowers the next kernels (the ctypes calls into LLVM release the GIL), and no two LLVM calls of fnx ever run
-    at once. Setting LLVM up for the host CPU is the thread's first job (loading its library is part of
-    `import fnx`, as loading XLA is part of `import jax`).
+    All of it runs on LLVM threads of its own (`submit` returns a future): LLVM compiles modules while the caller
+    lowers the next kernels (the ctypes calls into LLVM release the GIL), one module per thread at a time, each
+    in its own LLVM context with its thread's own target machine. Setting LLVM up for the host CPU is the first
+    job (loading its library is part of `import fnx`, as loading XLA is part of `import jax`).
     """
 
     def __init__(self, target: Target):
         self.target = target
+        self._local = threading.local()  # per LLVM thread: its target machine for the optimizer
         self._ready = _llvm_thread.submit(self._setup)
 
     def _setup(self) -> None:
@@ -89,10 +126,16 @@ class LLVMCompiler:
         triple, cpu, features = self.target.triple, self.target.name, self.target.features
         self.llvm_target = llvm.Target.from_triple(triple)
         self.machine_options = dict(cpu=cpu, features=features, opt=3)
-        self._machine = self.llvm_target.create_target_machine(**self.machine_options)
         # (the target's other facts shaped the IR, which the key hashes too)
         self._cache = ObjectCache(config.cache_dir, f"{triple} {cpu} {features} llvmlite "
                                                     f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
+
+    @property
+    def _machine(self):
+        """This thread's target machine (LLVM's TargetMachine is not shared between threads)."""
+        if (machine := getattr(self._local, "machine", None)) is None:
+            machine = self._local.machine = self.llvm_target.create_target_machine(**self.machine_options)
+        return machine
 
     @property
     def cache(self) -> ObjectCache:
@@ -100,47 +143,71 @@ class LLVMCompiler:
         return self._cache
 
     def compile(self, source: str):
-        """(engine, module) of LLVM IR `source`, compiled on the LLVM thread."""
+        """(engine, module) of LLVM IR `source`, compiled on an LLVM thread."""
         return self.submit(source).result()
 
     def submit(self, source: str):
         return _llvm_thread.submit(self._timed_compile, source, events.current_name())
 
     def _timed_compile(self, source: str, name: str):
-        """`_compile` on the LLVM thread, reported as one event per module under the name of whose it is."""
-        if not events.active: return self._compile(source)
+        """`_compile` on an LLVM thread, reported as one event per module under the name of whose it is."""
+        if not events.active: return self._compile(source)[:2]
         with events.span("llvm", f"{name}: LLVM module", chars=len(source)) as found:
-            hits = self._cache.hits
-            out = self._compile(source)
-            found.update(object_cache="hit" if self._cache.hits > hits else "miss")
-        return out
+            engine, module, hit = self._compile(source)
+            found.update(object_cache="hit" if hit else "miss")
+        return engine, module
 
     def assembly(self, modules: list) -> str:
         return _llvm_thread.submit(lambda: "\n".join(self._machine.emit_assembly(m) for m in modules)).result()
 
-    def _compile(self, source: str):
+    def _compile(self, source: str) -> tuple:
+        """(engine, module, whether the object code came from the disk cache)."""
         self._ready.result()
         llvm = self.llvm
-        module = llvm.parse_assembly(source)
+        module = llvm.parse_assembly(source, llvm.create_context())
         module.verify()
         key = self._cache.key(source)
-        cached = self._cache.load(key)
-        if cached is None:
+        obj = self._cache.load(key)
+        hit = obj is not None
+        if hit:
+            self._cache.hits += 1
+        else:
             self._cache.misses += 1
             # vectors are explicit in the IR (the optimizer's lanes): LLVM's loop vectorizer is not needed, and O2
             # compiles about 15% faster than O3 with no measured loss; SLP still packs unrolled scalar code
             tuning = llvm.create_pipeline_tuning_options(speed_level=2)
             tuning.loop_vectorization, tuning.slp_vectorization = False, True
             builder = llvm.create_pass_builder(self._machine, tuning)
-            builder.getModulePassManager().run(module, builder)
-        else:
-            self._cache.hits += 1
-        # the engine owns the target machine it is given and destroys it with itself: give each its own
+            _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+            obj = _object_code(self._machine, module)
+            self._cache.store(key, obj)
+        # the engine links the object code (MCJIT takes it from the object cache instead of generating it); it owns
+        # the target machine it is given and destroys it with itself: give each its own
         engine = llvm.create_mcjit_compiler(module, self.llvm_target.create_target_machine(**self.machine_options))
-        engine.set_object_cache(notify_func=lambda _, obj: self._cache.store(key, obj) if cached is None else None,
-                                getbuffer_func=lambda _: cached)
+        engine.set_object_cache(getbuffer_func=lambda _: obj)
         engine.finalize_object()
-        return engine, module
+        return engine, module, hit
+
+
+def _unlocked(name: str):
+    """llvmlite's C function `name` without the lock llvmlite takes around every call into LLVM (one call at a time
+    in the whole process). fnx calls its two long ones so, the optimizer and the code generator: each call works on
+    a module in an LLVM context of its own with its thread's own target machine, which LLVM allows on several
+    threads at once (as its own parallel code generation does), and ctypes releases the GIL meanwhile. Where
+    llvmlite no longer wraps its functions so, this is the function itself."""
+    function = getattr(ffi.lib, name)
+    return getattr(function, "_cfn", function)
+
+
+def _object_code(machine, module) -> bytes:
+    """The module's ELF object code from `machine` (TargetMachine.emit_object, outside llvmlite's lock)."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, 1, error)
+        if not buffer: raise RuntimeError(f"LLVM code generation failed: {error}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
 _handoffs = {"depth": 0, "saved": 0.005}

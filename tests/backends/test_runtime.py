@@ -1,6 +1,7 @@
 """The cpu runtime: host memory reused across calls (HostPool), donated arguments written in place, asynchronous
 dispatch on one ordered worker per device, and the checks the fast dispatch path must keep. Results are
 compared with numpy."""
+import ctypes
 import gc
 import os
 import subprocess
@@ -394,3 +395,41 @@ def test_small_calls_take_the_lean_path_and_keep_earlier_results():
     g.lower(big).executable.queue_when_idle = True  # queued: its result is pending when the next call reads it
     pending = g(big)
     np.testing.assert_array_equal(np.asarray(f(pending[:5], y)), np.full(5, 3.0))
+
+
+def test_programs_compiled_on_several_llvm_threads_at_once():
+    """Modules compile on several LLVM threads at once (each in its own LLVM context, outside llvmlite's lock):
+    twelve different programs jitted from four threads at once all compute what numpy does, and so do the
+    modules the compiler is handed directly, all at once."""
+    from fnx.backends import cpu_llvm
+    rng = np.random.default_rng(7)
+    x_np = rng.standard_normal((24, 40)).astype(np.float32)
+    scales = rng.uniform(0.5, 2.0, 12).astype(np.float32)  # (new constants each run: new modules, not cache hits)
+    results, errors = {}, []
+
+    def work(ks):
+        try:
+            for k in ks:
+                f = fnx.jit(lambda x, s=float(scales[k]): jnp.tanh(x * s) @ x.T + jnp.exp(-x).sum())
+                results[k] = np.asarray(f(jnp.asarray(x_np)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(range(i, 12, 4),)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout=300)
+    assert not errors and sorted(results) == list(range(12))
+    x64 = x_np.astype(np.float64)
+    for k, got in results.items():
+        want = np.tanh(x64 * scales[k]) @ x64.T + np.exp(-x64).sum()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+    compiler = cpu_llvm._compiler()
+    sources = [f"define i64 @f{i}(i64 %x) {{\n  %y = mul i64 %x, {i + 3 + int(rng.integers(1 << 20))}\n"
+               f"  ret i64 %y\n}}\n" for i in range(8)]
+    jobs = [compiler.submit(s) for s in sources]
+    for source, job in zip(sources, jobs):
+        engine, _ = job.result()
+        name = source.split("@")[1].split("(")[0]
+        multiply = int(source.split("mul i64 %x, ")[1].split("\n")[0])
+        function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address(name))
+        assert function(5) == 5 * multiply
