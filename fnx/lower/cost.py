@@ -38,7 +38,7 @@ def op_flops(op: Ops) -> int:
     return OP_FLOPS.get(op, 1) if op in GroupOp.ALU else 0
 
 
-def element_flops(u: UOp, stop: set | dict, limit: float = math.inf) -> float:
+def element_flops(u: UOp, stop: set | dict, limit: float = math.inf, walked: set | None = None) -> float:
     """Weighted ALU ops to compute one element of frontend node `u` when fused into a kernel.
 
     A node behind an EXPAND is computed once per element of its own (smaller) shape, since linearize hoists it
@@ -49,13 +49,14 @@ def element_flops(u: UOp, stop: set | dict, limit: float = math.inf) -> float:
       u: a node of a FUNCTION body (movement ops are free).
       stop: nodes whose value is loaded from a buffer.
       limit: stop counting once the total exceeds this (the callers only compare against a threshold).
+      walked: when given, receives the nodes counted: the count is the same for any `stop` that adds none of them.
     Returns:
       the weighted op count of u's cone, each node counted once (or a number above `limit`).
 
     Example: `element_flops(exp2(x * 2.0), stop={x})` is 11; a row mean `sum / n` broadcast over 32 columns
     adds 4/32 to each element.
     """
-    total, seen, todo = 0.0, set(), [(u, 1.0)]
+    total, seen, todo = 0.0, set() if walked is None else walked, [(u, 1.0)]
     while todo and total <= limit:
         n, share = todo.pop()
         if n in seen or n in stop: continue
@@ -66,7 +67,7 @@ def element_flops(u: UOp, stop: set | dict, limit: float = math.inf) -> float:
     return total
 
 
-def recompute_costs_more(u: UOp, copies: int, stop: set | dict) -> bool:
+def recompute_costs_more(u: UOp, copies: int, stop: set | dict, walked: set | None = None) -> bool:
     """Whether computing fused value `u` in `copies` loop nests costs more than writing it once and reading it back.
 
     Recomputing costs (copies - 1) * element_flops(u); a buffer costs one write and one read per element, at
@@ -74,7 +75,7 @@ def recompute_costs_more(u: UOp, copies: int, stop: set | dict) -> bool:
     (16); jnp.exp (about 43, a polynomial) is not.
     """
     buffer_cost = FLOPS_PER_BYTE * 2 * u.dtype.itemsize
-    return copies > 1 and (copies - 1) * element_flops(u, stop, buffer_cost) > buffer_cost
+    return copies > 1 and (copies - 1) * element_flops(u, stop, buffer_cost / (copies - 1), walked) > buffer_cost
 
 
 def _ranges_in(u: UOp) -> frozenset[UOp]:

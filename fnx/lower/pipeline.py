@@ -24,29 +24,75 @@ from fnx.lower.search import searched_opts
 from fnx.lower.symbolic import simplify_graph
 from fnx.lower.target import Target
 from fnx.lower.transcendental import transcendental
-from fnx.rewrite import graph_rewrite, substitute
-from fnx.uop import Ops, UOp
+from fnx.rewrite import graph_rewrite
+from fnx.uop import Ops, UOp, postorder
 
 STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
 
 
 def inline_calls(body: UOp, origins: dict[UOp, str] | None = None) -> UOp:
-    """`body` with every call (GETTUPLE of FUNCTION or CALL) replaced by the callee's output on its arguments.
-    `origins`, when given, receives {inlined output node: the called function's name} (kernel names use it)."""
-    calls = [u for u in body.toposort if u.op is Ops.GETTUPLE and u.src[0].op in (Ops.FUNCTION, Ops.CALL)]
-    if not calls: return body
-    mapping = {}
-    for g in calls:
-        inner_body, args = g.src[0].src[0], g.src[0].src[1:]
-        params = {p: args[p.arg.slot] for p in inner_body.toposort if p.op is Ops.PARAM and p.arg.tag == _tag(g)}
-        mapping[g] = substitute(inner_body.src[g.arg], params)
-        if origins is not None and (name := callee_name(g.src[0])): origins.setdefault(mapping[g], name)
-    if origins is None: return inline_calls(substitute(body, mapping))
-    memo: dict[UOp, UOp] = {}
-    body = substitute(body, mapping, memo)
-    _follow(origins, memo)
-    return inline_calls(body, origins)
+    """`body` with every call (GETTUPLE of FUNCTION or CALL) replaced by the callee's output on its arguments, at
+    every depth in one walk. `origins`, when given, receives {inlined output node: the called function's name}
+    (kernel names use it; of calls giving the same node, the outer one names it)."""
+    return _Inliner(origins).run(body, _Scope({}))
+
+
+@dataclass
+class _Scope:
+    """Nodes of one body already inlined (`memo`, seeded with the PARAMs it binds and their arguments)."""
+    memo: dict
+    seeds: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.memo.update(self.seeds)
+        self.tags = {p.arg.tag for p in self.seeds}
+
+
+def _is_call(u: UOp) -> bool:
+    return u.op is Ops.GETTUPLE and u.src[0].op in (Ops.FUNCTION, Ops.CALL)
+
+
+class _Inliner:
+    """One walk over a graph inlining calls: a call's body is walked once per distinct call (one scope for all its
+    outputs) with its PARAMs bound to the call's inlined arguments, calls inside it inlined on the way.
+
+    PARAMs are scoped as in `substitute`: a node that binds a tag a scope binds too (a control node or call of the
+    same rule) has its bodies walked in a scope without those PARAMs."""
+
+    def __init__(self, origins: dict[UOp, str] | None):
+        self.origins, self.scopes = origins, {}
+
+    def run(self, root: UOp, scope: _Scope) -> UOp:
+        memo, tags = scope.memo, scope.tags
+
+        def children(u: UOp) -> tuple:
+            if _is_call(u): return u.src[0].operands
+            return u.operands if tags and u.binds in tags else u.src
+
+        for u in postorder(root, children, memo):
+            if _is_call(u): memo[u] = self.call(u, memo)
+            elif tags and u.binds in tags:
+                inner = {p: v for p, v in scope.seeds.items() if p.arg.tag != u.binds}
+                n_bodies = len(u.src) - len(u.operands)
+                src = (tuple(self.run(b, _Scope({}, inner)) for b in u.src[:n_bodies]) +
+                       tuple(memo[s] for s in u.src[n_bodies:]))
+                memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+            else:
+                src = tuple(memo[s] for s in u.src)
+                memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+        return memo[root]
+
+    def call(self, g: UOp, memo: dict) -> UOp:
+        call = g.src[0]
+        callee, args = call.src[0], tuple(memo[a] for a in call.operands)
+        if (scope := self.scopes.get((call, args))) is None:
+            tag = _tag(g)
+            seeds = {p: args[p.arg.slot] for p in callee.toposort if p.op is Ops.PARAM and p.arg.tag == tag}
+            scope = self.scopes[(call, args)] = _Scope({}, seeds)
+        out = self.run(callee.src[g.arg], scope)
+        if self.origins is not None and (name := callee_name(call)): self.origins[out] = name
+        return out
 
 
 def _follow(origins: dict[UOp, str], memo: dict[UOp, UOp]) -> None:

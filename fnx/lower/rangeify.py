@@ -571,17 +571,72 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
     # first layer's x @ w1 of an MLP was recomputed in the forward and in two backward kernels, 39 ms of 36 MFLOP)
     chosen = {u for u, k in places.items() if u in realized and u not in plan.keep and (
         u.op is Ops.REDUCE or recompute_costs_more(u, k + 1, set(realized) - {u}))}
+    # a value's cost only falls as later rounds add buffers: one found cheap stays cheap, and one found costly
+    # stays so while no new buffer is among the nodes its count walked
+    cheap: set[UOp] = set()
+    costly_walks: dict[UOp, set] = {}
+    added: set[UOp] = set()
     while True:
         stop = {*realized, *chosen}
-        below = {v for u in chosen for s in u.src for v in postorder(s, lambda n: n.src, stop)}
-        costly = {u for u, k in places.items() if u not in stop and u not in below and k > 1
-                  and (u.op is Ops.REDUCE or recompute_costs_more(u, k, stop))}
-        losers = set()
-        for u in costly:
-            for v in postorder(u, lambda n: n.src, stop)[:-1]:
-                if v in costly: losers.add(u if places[v] > places[u] else v)
-        if not costly - losers: return chosen
-        chosen |= costly - losers
+        below = _cones([s for u in chosen for s in u.src], stop)
+        costly = []
+        for u, k in places.items():
+            if k < 2 or u in cheap or u in stop or u in below: continue
+            if u.op is Ops.REDUCE or ((walked := costly_walks.get(u)) is not None and walked.isdisjoint(added)):
+                costly.append(u)
+            elif recompute_costs_more(u, k, stop, walked := set()):
+                costly.append(u)
+                costly_walks[u] = walked
+            else:
+                cheap.add(u)
+        losers = _losers(costly, places, stop)
+        if not set(costly) - losers: return chosen
+        added = set(costly) - losers
+        chosen |= added
+
+
+def _cones(roots: list[UOp], stop: set) -> set[UOp]:
+    """Every node under `roots` (themselves included) not in `stop` and not below it, each walked once."""
+    seen: set[UOp] = set()
+    walked = _Either(stop, seen)
+    for r in roots: seen.update(postorder(r, lambda n: n.src, walked))
+    return seen
+
+
+class _Either:
+    """`in` both sets, for postorder's stop argument (which it only looks into)."""
+    def __init__(self, a: set, b: set): self.a, self.b = a, b
+    def __contains__(self, u) -> bool: return u in self.a or u in self.b
+
+
+def _losers(costly: list[UOp], places: dict[UOp, int], stop: set) -> set[UOp]:
+    """Of each pair of `costly` nodes one above the other (not through `stop`), the one `_recomputed` does not
+    choose: the upper one when the lower one is computed in more places, else the lower one. In one walk down and
+    one up, each node carrying the most places of a costly node under it and over it (taking the pairs one by one
+    was quadratic: a program of nested checkpointed blocks spent 20 s here)."""
+    order = postorder_all(costly, stop)
+    own = {u: places[u] for u in costly}
+    under: dict[UOp, int] = {}
+    for n in order:
+        under[n] = max((max(under[c], own.get(c, -1)) for c in n.src if c not in stop), default=-1)
+    over = dict.fromkeys(order, -1)
+    for n in reversed(order):
+        top = max(over[n], own.get(n, -1))
+        for c in n.src:
+            if c not in stop and top > over[c]: over[c] = top
+    return {u for u in costly if under[u] > places[u] or over[u] >= places[u]}
+
+
+def postorder_all(roots: list[UOp], stop: set) -> list[UOp]:
+    """The nodes under any of `roots` not in `stop` nor below it, each after its sources, each once."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    walked = _Either(stop, seen)
+    for r in roots:
+        found = postorder(r, lambda n: n.src, walked)
+        seen.update(found)
+        order += found
+    return order
 
 
 def rangeify(fn: UOp) -> Schedule:

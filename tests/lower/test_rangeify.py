@@ -534,3 +534,29 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
         rebuilt = _split_text(fn)
         monkeypatch.undo()
         assert reused == rebuilt
+
+
+def test_losers_match_the_pairwise_rule():
+    """rangeify._losers (one walk down, one up) against the rule it implements, pair by pair: of two costly values
+    one above the other, the upper one loses when the lower one is computed in more places, else the lower one."""
+    from fnx.lower.rangeify import _losers
+    from fnx.uop import postorder
+    x = np.ones((4, 8), np.float32)
+
+    def f(a):
+        b = jnp.exp(a) * 2.0
+        c = jnp.sin(b) + b
+        d = jnp.tanh(c) * c - jnp.cos(b)
+        return (d + jnp.sqrt(jnp.abs(c))).sum(-1), jnp.log(jnp.abs(d) + 1.0)
+    body = callify(fnx.make_graph(f)(x).fn).src[0]
+    nodes = [u for u in body.toposort if u.op in (Ops.ADD, Ops.MUL, Ops.EXP2, Ops.SIN, Ops.LOG2, Ops.SQRT)]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        costly = list(rng.choice(nodes, size=int(rng.integers(1, len(nodes) + 1)), replace=False))
+        stop = set(rng.choice(nodes, size=int(rng.integers(0, 3)), replace=False)) - set(costly)
+        places = {u: int(rng.integers(2, 5)) for u in costly}
+        want = set()
+        for u in costly:
+            for v in postorder(u, lambda n: n.src, stop)[:-1]:
+                if v in places: want.add(u if places[v] > places[u] else v)
+        assert _losers(costly, places, stop) == want
