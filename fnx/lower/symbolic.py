@@ -8,8 +8,8 @@ import numpy as np
 
 from fnx import dtypes
 from fnx.reference import primitive
-from fnx.rewrite import PatternMatcher, UPat, graph_rewrite
-from fnx.uop import GroupOp, Ops, UOp, scalar_of
+from fnx.rewrite import PatternMatcher, UPat, graph_rewrite, substitute
+from fnx.uop import GroupOp, Ops, RangeArg, UOp, scalar_of
 
 
 def _fold(u: UOp) -> UOp | None:
@@ -210,6 +210,74 @@ def _order(u: UOp) -> tuple:
 
 _INT = {dtypes.int64, dtypes.int32}
 
+
+def _gate_clauses(gate: UOp) -> list[tuple[UOp, int, bool]]:
+    """The comparisons of an AND of them with constants: (x, c, True) for x >= c (`(x < c) != True`), (x, c,
+    False) for x < c."""
+    out, todo = [], [gate]
+    while todo:
+        g = todo.pop()
+        if g.op is Ops.AND and g.dtype.is_bool: todo.extend(g.src)
+        elif g.op is Ops.CMPLT and g.src[1].op is Ops.CONST and g.src[0].dtype in _INT:
+            out.append((g.src[0], g.src[1].arg.value, False))
+        elif (g.op is Ops.CMPNE and g.src[1].op is Ops.CONST and g.src[1].arg.value is True
+              and g.src[0].op is Ops.CMPLT and g.src[0].src[1].op is Ops.CONST and g.src[0].src[0].dtype in _INT):
+            out.append((g.src[0].src[0], g.src[0].src[1].arg.value, True))
+    return out
+
+
+def _gated_ranges(gate: UOp) -> dict[UOp, tuple[int, int]]:
+    """Loops whose values the gate's comparisons confine to less than their whole range: {RANGE: (lo, hi)}.
+    From a*v + rest >= c, v >= ceil((c - max(rest)) / a) when a > 0 (and the mirror images)."""
+    found: dict[UOp, tuple[int, int]] = {}
+    for x, c, at_least in _gate_clauses(gate):
+        parts, k = terms(x)
+        merged: dict[UOp, int] = {}
+        for t, coef in parts: merged[t] = merged.get(t, 0) + coef
+        for v, a in merged.items():
+            if v.op is not Ops.RANGE or a == 0: continue
+            lo, hi = found.get(v, (0, v.arg.size - 1))
+            rest_lo, rest_hi = _bounds_of([(t, b) for t, b in merged.items() if t is not v], k)
+            if at_least:  # a * v >= c - rest_hi
+                t = c - rest_hi
+                if a > 0: lo = max(lo, -(-t // a))
+                else: hi = min(hi, t // a)
+            else:  # a * v <= c - 1 - rest_lo
+                t = c - 1 - rest_lo
+                if a > 0: hi = min(hi, t // a)
+                else: lo = max(lo, -(-t // a))
+            found[v] = (lo, hi)
+    return {v: (lo, hi) for v, (lo, hi) in found.items() if lo <= hi and (lo, hi) != (0, v.arg.size - 1)}
+
+
+_NARROWED = 1 << 20  # loop numbers of the stand-ins for narrowed loops (a kernel's own are small)
+
+
+def _divisions(u: UOp) -> int:
+    """How much division an index does: the loops under each of its DIV and MOD nodes, summed."""
+    return sum(sum(r.op is Ops.RANGE for r in n.toposort) for n in u.toposort if n.op in (Ops.DIV, Ops.MOD))
+
+
+def _load_given_gate(ld: UOp) -> UOp | None:
+    """A gated load's index simplified for the loop values its gate lets through (it reads nothing elsewhere).
+
+    A loop the gate confines to [lo, hi] stands in as `lo + v'` with v' a loop over [0, hi - lo]; the index is
+    simplified so and v' put back as `v - lo`. The columns 256..383 of the GPT step's qkv gradient read the
+    value gradient as (b * 8192 + t * 128 + c - 256) // 8192 and so on: over every c that spans negative
+    numbers and divides per element, over the gate's it is b, t and c - 256. Kept only when it divides less (fewer
+    loops under its divisions and remainders: it cannot rewrite forever)."""
+    if len(ld.src) < 3: return None
+    idx, gate = ld.src[1], ld.src[2]
+    loops = {n for n in idx.toposort if n.op is Ops.RANGE}
+    narrowed = {v: b for v, b in _gated_ranges(gate).items() if v in loops}
+    if not narrowed: return None
+    stand_in = {v: UOp(Ops.RANGE, v.dtype, (), RangeArg(_NARROWED + v.arg.number, hi - lo + 1))
+                for v, (lo, hi) in narrowed.items()}
+    inner = simplify_kernel(substitute(idx, {v: stand_in[v] + lo for v, (lo, _) in narrowed.items()}))
+    out = simplify_kernel(substitute(inner, {stand_in[v]: v + (-lo) for v, (lo, _) in narrowed.items()}))
+    if out is idx or _divisions(out) >= _divisions(idx): return None
+    return UOp(Ops.LOAD, ld.dtype, (ld.src[0], out, *ld.src[2:]), ld.arg)
+
 index = PatternMatcher([
     (UPat(Ops.DIV, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, False)),
     (UPat(Ops.MOD, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, True)),
@@ -219,6 +287,7 @@ index = PatternMatcher([
      lambda x, c: x if x.bounds[0] >= c.arg.value else None),
     (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),
      lambda x, c, a, b: a if a is x and x.bounds[1] < c.arg.value else None),
+    (UPat(Ops.LOAD, name="ld"), _load_given_gate),
 ])
 
 

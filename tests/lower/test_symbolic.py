@@ -355,3 +355,75 @@ def test_huge_constant_reductions_fold_under_jit():
     f = fnx.jit(lambda: (jnp.ones((10**6, 10**6)) * 2).sum() + jnp.full((10**6, 10**6), 3, jnp.int32).sum())
     assert "loops [] reduce []" in f.lower().as_text("rangeify")  # no loop left to run
     assert float(f()) == float(np.float32(2e12) + np.float32(np.int32(np.int64(3 * 10**12) % 2**32 - 2**32)))
+
+
+# ---- gated loads: the index may change only where the gate is false ----
+
+def _gated_load(index: UOp, gate: UOp) -> UOp:
+    return UOp(Ops.LOAD, F32, (param(0, F32, (1 << 12,)), index, gate))
+
+
+@st.composite
+def gated_cases(draw):
+    sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
+    ranges = [rng(i, s) for i, s in enumerate(sizes)]
+    linear = lambda: sum((r * draw(st.integers(-3, 8)) for r in ranges), UOp.const(I64, draw(st.integers(-6, 6))))  # noqa: E731
+    gate = None
+    for _ in range(draw(st.integers(1, 3))):
+        x, c = linear(), draw(st.integers(-4, 20))
+        clause = (x < c) if draw(st.booleans()) else (x < c).alu(Ops.CMPNE, True)
+        gate = clause if gate is None else gate.alu(Ops.AND, clause)
+    flat = linear() + draw(st.integers(0, 40))
+    index = draw(st.sampled_from([flat // draw(st.integers(1, 9)), flat % draw(st.integers(1, 9)),
+                                  (flat // draw(st.integers(1, 5))) * 7 + flat % draw(st.integers(1, 5))]))
+    return ranges, index, gate
+
+
+@given(gated_cases())
+def test_gated_load_index_is_kept_wherever_the_gate_holds(case):
+    """symbolic._load_given_gate against brute force: at every loop value the gate lets through, the simplified
+    load reads the element the original did (and the gate itself is never changed)."""
+    ranges, index, gate = case
+    load = _gated_load(index, gate)
+    simple = simplify_kernel(load)
+    assert simple.op is Ops.LOAD and simplify_kernel(gate) is simple.src[2] or simple.src[2] is gate
+    for values in itertools.product(*(range(r.arg.size) for r in ranges)):
+        assignment = dict(zip(ranges, values))
+        if evaluate(gate, assignment): assert evaluate(simple.src[1], assignment) == evaluate(index, assignment)
+
+
+def test_gated_ranges_are_sound_and_tight_for_one_loop():
+    """_gated_ranges: every loop value of a satisfying assignment lies inside what it returns, and a clause on
+    one loop alone gives exactly its interval."""
+    from fnx.lower.symbolic import _gated_ranges
+    r0, r1 = rng(0, 12), rng(1, 32)
+    c = r0 * 32 + r1
+    gate = (c < 256).alu(Ops.CMPNE, True).alu(Ops.AND, c < 352)
+    found = _gated_ranges(gate)
+    assert found == {r0: (8, 10)}  # 32 * r0 + r1 in [256, 352) with r1 in [0, 32)
+    single = _gated_ranges((r1 < 5).alu(Ops.CMPNE, True).alu(Ops.AND, r1 * 2 < 40))
+    assert single == {r1: (5, 19)}
+
+
+def test_padded_pieces_of_a_reshaped_gradient_read_without_divisions():
+    """The gradient of slicing q, k, v out of one (.., 3 * h * d) projection pads each piece back into its
+    columns; each piece is a reshape of (.., h, d): its loads must index without division or remainder, and the
+    result must equal numpy's."""
+    import fnx
+    rng_ = np.random.default_rng(0)
+    b, t, h, d = 4, 8, 2, 16
+    x = rng_.standard_normal((b, t, 3 * h * d)).astype(np.float32)
+    g = rng_.standard_normal((b, h, t, d)).astype(np.float32)
+
+    def f(x):
+        q, k, v = (x[..., i * h * d:(i + 1) * h * d].reshape(b, t, h, d).transpose(0, 2, 1, 3) for i in range(3))
+        return (q * g).sum() + (k * g * 2.0).sum() + (v * g * 3.0).sum()
+    got = np.asarray(fnx.jit(fnx.grad(f))(x))
+    piece = g.transpose(0, 2, 1, 3).reshape(b, t, h * d)
+    np.testing.assert_allclose(got, np.concatenate([piece, 2 * piece, 3 * piece], -1), rtol=1e-6)
+    lowering = fnx.jit(fnx.grad(f)).lower(x).executable.lowering
+    for kernel, _ in lowering.kernels:  # (a division of vector lanes alone is a constant per lane)
+        loops = set(kernel.ranges + kernel.reduce_ranges)
+        for ld in (u for u in kernel.sink.toposort if u.op is Ops.LOAD):
+            divisions = [n for n in ld.src[1].toposort if n.op in (Ops.DIV, Ops.MOD)]
+            assert not [n for n in divisions if loops & {r for r in n.toposort if r.op is Ops.RANGE}], kernel.name
