@@ -578,7 +578,7 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
     added: set[UOp] = set()
     while True:
         stop = {*realized, *chosen}
-        below = _cones([s for u in chosen for s in u.src], stop)
+        below = set(_postorder_all([s for u in chosen for s in u.src], stop))
         costly = []
         for u, k in places.items():
             if k < 2 or u in cheap or u in stop or u in below: continue
@@ -595,14 +595,6 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
         chosen |= added
 
 
-def _cones(roots: list[UOp], stop: set) -> set[UOp]:
-    """Every node under `roots` (themselves included) not in `stop` and not below it, each walked once."""
-    seen: set[UOp] = set()
-    walked = _Either(stop, seen)
-    for r in roots: seen.update(postorder(r, lambda n: n.src, walked))
-    return seen
-
-
 class _Either:
     """`in` both sets, for postorder's stop argument (which it only looks into)."""
     def __init__(self, a: set, b: set): self.a, self.b = a, b
@@ -614,7 +606,7 @@ def _losers(costly: list[UOp], places: dict[UOp, int], stop: set) -> set[UOp]:
     choose: the upper one when the lower one is computed in more places, else the lower one. In one walk down and
     one up, each node carrying the most places of a costly node under it and over it (taking the pairs one by one
     was quadratic: a program of nested checkpointed blocks spent 20 s here)."""
-    order = postorder_all(costly, stop)
+    order = _postorder_all(costly, stop)
     own = {u: places[u] for u in costly}
     under: dict[UOp, int] = {}
     for n in order:
@@ -627,7 +619,7 @@ def _losers(costly: list[UOp], places: dict[UOp, int], stop: set) -> set[UOp]:
     return {u for u in costly if under[u] > places[u] or over[u] >= places[u]}
 
 
-def postorder_all(roots: list[UOp], stop: set) -> list[UOp]:
+def _postorder_all(roots: list[UOp], stop: set) -> list[UOp]:
     """The nodes under any of `roots` not in `stop` nor below it, each after its sources, each once."""
     order: list[UOp] = []
     seen: set[UOp] = set()
