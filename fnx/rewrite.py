@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from fnx.dtypes import DType
-from fnx.uop import Ops, UOp, postorder
+from fnx.uop import Ops, UOp, postorder, with_src
 
 
 class UPat:
@@ -94,7 +94,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp
     memo = {} if memo is None else memo
     for u in _toposort_new(root, memo):
         src = tuple(memo[s] for s in u.src)
-        new = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+        new = with_src(u, src)
         for _ in range(1000):
             out = pm.rewrite(new, ctx)
             if out is None: break
@@ -126,5 +126,5 @@ def substitute(root: UOp, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None =
             src = tuple(substitute(b, inner) for b in u.src[:n_bodies]) + tuple(memo[s] for s in u.src[n_bodies:])
         else:
             src = tuple(memo[s] for s in u.src)
-        memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+        memo[u] = with_src(u, src)
     return memo[root]

@@ -34,7 +34,7 @@ from fnx.dtypes import DType
 from fnx.errors import (ConcretizationError, ShapeError, TracerArrayConversionError, TracerBoolConversionError,
                         TracerIntegerConversionError, UnexpectedTracerError, at_user_line, user_frame)
 from fnx.rewrite import substitute
-from fnx.uop import BufferArg, GroupOp, Ops, ParamArg, UOp
+from fnx.uop import BufferArg, GroupOp, Ops, ParamArg, UOp, with_src
 
 
 class _State(threading.local):
@@ -403,7 +403,7 @@ def _lift_constants(fn: UOp, device: str) -> tuple[UOp, list[UOp]]:
                 UOp(Ops.RESHAPE, u.dtype, (p,), (1,) * len(u.shape)),), u.shape)
         else:  # bodies of calls and control nodes are never in memo: they keep their own constants
             src = tuple(memo.get(s, s) for s in u.src)
-            memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+            memo[u] = with_src(u, src)
     return UOp(Ops.FUNCTION, fn.dtype, (memo[body], *fn.src[1:], *slot.values())), scalars
 
 

@@ -297,6 +297,11 @@ class UOp:
 _interned_refs = UOp._interned.data  # key -> weak reference (see UOp.__new__)
 
 
+def with_src(u: UOp, src: tuple[UOp, ...]) -> UOp:
+    """u with sources `src`: u itself when they are its own (a rewrite that changed nothing below u)."""
+    return u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+
+
 def postorder(root: UOp, children, stop: set | dict = frozenset()) -> list[UOp]:
     """The nodes under `root` (not below those in `stop`), each after its `children(node)`; iterative."""
     order: list[UOp] = []

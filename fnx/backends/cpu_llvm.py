@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite
@@ -72,11 +73,7 @@ class _LLVMThreads:
 
     def idle(self) -> None:
         with self.lock: pending = list(self.in_flight)
-        for future in pending:
-            try:
-                future.result()
-            except Exception:  # (its caller sees the error)
-                pass
+        futures.wait(pending)  # (an error stays in its future, for its caller)
 
 
 _llvm_thread = _LLVMThreads()

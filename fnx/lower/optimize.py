@@ -54,7 +54,7 @@ from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.lower.target import Target
 from fnx.rewrite import substitute
-from fnx.uop import Ops, ParamArg, RangeArg, UOp
+from fnx.uop import Ops, ParamArg, RangeArg, UOp, with_src
 
 MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
 MIN_PARALLEL_FLOPS = 1 << 23  # ... unless each iteration is heavy: 8M weighted ops are ~1 ms of scalar code
@@ -80,10 +80,6 @@ def _rebuild(sink: UOp, fn) -> UOp:
         new = tuple(memo[s] for s in u.src)
         memo[u] = fn(u, new)
     return memo[sink]
-
-
-def _same(u: UOp, src: tuple) -> UOp:
-    return u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
 
 
 def _next_id(k: Kernel) -> int:
@@ -120,7 +116,7 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
             if valid is not None: x = valid.alu(Ops.WHERE, x, UOp.const(u.dtype, reduce_identity(u.arg.op, u.dtype)))
             ranges = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
             return UOp(Ops.REDUCE, u.dtype, (x, *ranges), u.arg)
-        out = _same(u, src)
+        out = with_src(u, src)
         if valid is not None and u.op in (Ops.LOAD, Ops.STORE) and idx in out.src[1].toposort:
             gate_at = 2 if u.op is Ops.LOAD else 3
             gate = out.src[gate_at] if len(out.src) > gate_at else None
@@ -147,7 +143,7 @@ def _split_clamped(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
 
     def fn(u: UOp, src: tuple) -> UOp:
         if u is r: return clamped
-        out = _same(u, src)
+        out = with_src(u, src)
         if u.op is Ops.STORE:
             gate = out.src[3] if len(out.src) > 3 else None
             out = UOp(Ops.STORE, u.dtype, out.src[:3] + (_and(gate, valid),), u.arg)
@@ -175,7 +171,7 @@ def _unroll_reduce(k: Kernel, inner: UOp) -> Kernel:
                           for j in range(0, len(copies), 2)]
             rest = tuple(s for s in u.src[1:] if s is not inner)
             return UOp(Ops.REDUCE, u.dtype, (copies[0], *rest), u.arg) if rest else copies[0]
-        return _same(u, src)
+        return with_src(u, src)
     sink = simplify_kernel(_rebuild(k.sink, fn))
     return replace(k, sink=sink, reduce_ranges=[r for r in k.reduce_ranges if r is not inner])
 
@@ -256,7 +252,7 @@ def _pack(k: Kernel, opt: Opt) -> Kernel:
         valid = column < n.arg.size
 
         def gate(u: UOp, src: tuple) -> UOp:
-            out = _same(u, src)
+            out = with_src(u, src)
             if u.op is not Ops.LOAD: return out
             return UOp(Ops.LOAD, u.dtype, (*out.src[:2], _and(out.src[2] if len(out.src) > 2 else None, valid)), u.arg)
         value = valid.alu(Ops.WHERE, _rebuild(value, gate), UOp.const(b.dtype, 0))
@@ -360,7 +356,7 @@ def devectorize(k: Kernel) -> Kernel:
     if not k.lanes: return k
 
     def fn(u: UOp, src: tuple) -> UOp:
-        out = _same(u, src)
+        out = with_src(u, src)
         if u.op not in (Ops.LOAD, Ops.STORE) or u.arg is not None: return out
         parts, const = terms(out.src[1])
         for lanes in k.lanes:
@@ -413,7 +409,7 @@ def _nest(k: Kernel, loops: tuple[UOp, ...], j: int) -> Kernel:
     inner_loops = set(loops[j:])
 
     def fn(u: UOp, src: tuple) -> UOp:
-        out = _same(u, src)
+        out = with_src(u, src)
         if u.op is not Ops.REDUCE or _loops(k, u) != loops: return out
         wide = u.dtype.is_float and u.dtype.itemsize == 2
         dtype, x = (dtypes.float32, out.src[0].cast(dtypes.float32)) if wide else (u.dtype, out.src[0])

@@ -25,7 +25,7 @@ from fnx.lower.symbolic import simplify_graph
 from fnx.lower.target import Target
 from fnx.lower.transcendental import transcendental
 from fnx.rewrite import graph_rewrite
-from fnx.uop import Ops, UOp, postorder
+from fnx.uop import Ops, UOp, postorder, with_src
 
 STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
@@ -77,10 +77,10 @@ class _Inliner:
                 n_bodies = len(u.src) - len(u.operands)
                 src = (tuple(self.run(b, _Scope({}, inner)) for b in u.src[:n_bodies]) +
                        tuple(memo[s] for s in u.src[n_bodies:]))
-                memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+                memo[u] = with_src(u, src)
             else:
                 src = tuple(memo[s] for s in u.src)
-                memo[u] = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
+                memo[u] = with_src(u, src)
         return memo[root]
 
     def call(self, g: UOp, memo: dict) -> UOp:
