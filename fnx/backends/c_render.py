@@ -34,7 +34,8 @@ from fnx.dtypes import DType
 from fnx.errors import UnsupportedError
 from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
-from fnx.uop import Ops, UOp
+from fnx.lower.tensor_core import BLOCK_K, BLOCK_M, BLOCK_N, THREADS, WARPS, is_tensor_core, tensor_core_tile
+from fnx.uop import Ops, UOp, postorder
 
 _INEXACT = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
 
@@ -376,6 +377,163 @@ class KernelRenderer:
         return f"(({self.d.c_type(d)})({raw}))"
 
 
+_LD = BLOCK_K + 8  # 16-bit elements per row of a shared operand tile (padded: rows start in other banks)
+
+
+class TensorCoreRenderer(KernelRenderer):
+    """A tensor-core kernel (fnx/lower/tensor_core.py) as one C function: a block of THREADS threads per output
+    tile of BLOCK_M x BLOCK_N. Per slab of BLOCK_K along k, the block computes the slab's A and B elements into
+    shared memory as 16-bit floats (A row by row, B column by column: a thread's two k-neighbours are one 32-bit
+    word), then each warp multiplies its 32 x 32 part with `mma.m16n8k16` (float32 accumulators in registers, in
+    the fragment layout of the PTX ISA). At the end each thread runs the kernel's epilogue for its accumulators.
+
+    On OpenCL (no tensor cores) `mma_*` is emulated: each work item writes its fragments to local memory at the
+    places the same layout names and computes its accumulators from there. Every index, mask and fragment load
+    is then the CUDA kernel's own, which lets the op suite check them on any OpenCL device."""
+
+    def __init__(self, kernel: Kernel, lines: Linear, dialect: Dialect):
+        super().__init__(kernel, lines, dialect)
+        self.tile, self.count = tensor_core_tile(kernel), 0
+
+    def define(self, u: UOp, text: str, d: DType | None = None) -> str:
+        name = self.names[u] = f"v{self.count}"
+        self.count += 1
+        self.emit(f"{self.d.c_type(d or u.dtype)} {name} = {text};")
+        return name
+
+    def block(self, head: str, before: list[str], nodes: list[UOp], after=lambda: []) -> None:
+        """`head { before; nodes (sources first); after() }`: the names made for the nodes stay in the block."""
+        outer = dict(self.names)
+        self.emit(f"{head} {{")
+        self.depth += 1
+        for line in before: self.emit(line)
+        for u in nodes:
+            if u.op not in (Ops.RANGE, Ops.SINK) and u not in self.names: self.line_node(u)
+        for line in after(): self.emit(line)
+        self.depth -= 1
+        self.emit("}")
+        self.names = outer
+
+    def unflatten(self, flat: str, ranges: tuple) -> list[str]:
+        """C declaring each of `ranges` (outermost first) from their flattened index `flat`."""
+        lines, inner = [], 1
+        for r in reversed(ranges):
+            div = f"{flat} / {inner}" if inner > 1 else flat
+            lines.append(f"{self.d.int64} r{r.arg.number} = {div} % {r.arg.size};" if r is not ranges[0]
+                         else f"{self.d.int64} r{r.arg.number} = {div};")
+            inner *= r.arg.size
+        return lines
+
+    def render(self) -> str:
+        k, d, t = self.kernel, self.d, self.tile
+        cuda, i64 = d.name == "cuda", d.int64
+        types = {u.arg.slot: u.dtype for u in k.sink.toposort if u.op is Ops.PARAM}
+        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
+        args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
+                for i in range(max(len(k.args), 1))] + [f"{i64} lo", f"{i64} hi"]
+        kr, size_m, size_n, size_k = f"r{t.k.arg.number}", t.rows, t.columns, t.k.arg.size
+        emit = self.emit
+        unroll = lambda: emit("#pragma unroll") if cuda else None  # noqa: E731  (registers, not an array in memory)
+        emit(f"int tid = (int){d.local_id}, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;")
+        emit("int wm = warp >> 1, wn = warp & 1;")
+        emit(f"{i64} blk = lo + {d.group_id};")
+        emit(f"{i64} tn = blk % {-(-size_n // BLOCK_N)}; blk /= {-(-size_n // BLOCK_N)};")
+        emit(f"{i64} tm = blk % {-(-size_m // BLOCK_M)}; blk /= {-(-size_m // BLOCK_M)};")
+        for r in reversed(t.batch): emit(f"{i64} r{r.arg.number} = blk % {r.arg.size}; blk /= {r.arg.size};")
+        emit("float acc[2][4][4];")
+        unroll()
+        emit("for (int i = 0; i < 32; i++) acc[i >> 4][(i >> 2) & 3][i & 3] = 0.0f;")
+        emit(f"for ({i64} k0 = 0; k0 < {size_k}; k0 += {BLOCK_K}) {{")
+        self.depth += 1
+        halves = "(ushort*)" if cuda else "(__local ushort*)"
+        for operand, tile, rows, size, ranges, start in ((t.a, "As", BLOCK_M, size_m, t.m, "tm"),  # As[i][j]: row i,
+                                                         (t.b, "Bs", BLOCK_N, size_n, t.n, "tn")):  # Bs[i][j]: column i
+            where = ("e / {K}", "e % {K}") if operand is t.a else ("e % {R}", "e / {R}")
+            i, j = (w.format(K=BLOCK_K, R=rows) for w in where)
+            emit(f"for (int e = tid; e < {rows * BLOCK_K}; e += {THREADS}) {{")
+            self.depth += 1
+            emit(f"int i = {i}, j = {j};")
+            emit(f"{i64} at = {start} * {rows} + i, {kr} = k0 + j;")
+            emit("float v = 0.0f;")
+            self.block(f"if (at < {size} && {kr} < {size_k})", self.unflatten("at", ranges),
+                       postorder(operand, lambda u: u.src), lambda operand=operand: [f"v = {self.value(operand)};"])
+            emit(f"({halves}{tile})[i * {_LD} + j] = {self.to_memory('v', t.dtype)};")  # (k: j)
+            self.depth -= 1
+            emit("}")
+        emit(d.barrier)
+        mma = f"mma_{'f16' if t.dtype == dtypes.float16 else 'bf16'}"
+        scratch = "" if cuda else ", Am + warp * 256, Bm + warp * 128, lane"
+        emit(f"for (int s = 0; s < {BLOCK_K}; s += 16) {{")
+        self.depth += 1
+        emit("uint af[2][4], bf[4][2];")
+        unroll()
+        emit("for (int mi = 0; mi < 2; mi++) {")
+        emit(f"  int at = (wm * 32 + mi * 16 + g) * {_LD} + s + q * 2;  /* row g (+8), k q*2 (+8) */")
+        emit(f"  af[mi][0] = As[at >> 1]; af[mi][1] = As[(at + {8 * _LD}) >> 1];")
+        emit(f"  af[mi][2] = As[(at + 8) >> 1]; af[mi][3] = As[(at + {8 * _LD} + 8) >> 1];")
+        emit("}")
+        unroll()
+        emit("for (int nj = 0; nj < 4; nj++) {")
+        emit(f"  int bt = (wn * 32 + nj * 8 + g) * {_LD} + s + q * 2;  /* column g, k q*2 (+8) */")
+        emit("  bf[nj][0] = Bs[bt >> 1]; bf[nj][1] = Bs[(bt + 8) >> 1];")
+        emit("}")
+        unroll()
+        emit("for (int i = 0; i < 8; i++)")
+        emit(f"  {mma}(acc[i >> 2][i & 3], af[i >> 2], bf[i & 3]{scratch});")
+        self.depth -= 1
+        emit("}")
+        emit(d.barrier)
+        self.depth -= 1
+        emit("}")
+        epilogue = postorder(k.sink, lambda u: u.src, {t.reduce})
+        unroll()
+        emit("for (int i = 0; i < 32; i++) {")
+        self.depth += 1
+        emit("int mi = i >> 4, nj = (i >> 2) & 3, c = i & 3;  /* c0, c1: row g; c2, c3: row g + 8 */")
+        emit(f"{i64} row = tm * {BLOCK_M} + wm * 32 + mi * 16 + g + (c >> 1) * 8;")
+        emit(f"{i64} col = tn * {BLOCK_N} + wn * 32 + nj * 8 + q * 2 + (c & 1);")
+        self.names[t.reduce] = "acc[mi][nj][c]"
+        self.block(f"if (row < {size_m} && col < {size_n})", self.unflatten("row", t.m) + self.unflatten("col", t.n),
+                   epilogue)
+        self.depth -= 1
+        emit("}")
+        shared = [f"uint As[{BLOCK_M * _LD // 2}]", f"uint Bs[{BLOCK_N * _LD // 2}]"]
+        if not cuda: shared += [f"float Am[{WARPS * 256}]", f"float Bm[{WARPS * 128}]"]
+        attribute = d.group_size.format(THREADS)
+        head = f"{d.kernel} {attribute} void" if cuda else f"{d.kernel} void {attribute}"
+        top = [f"  {d.local_memory} {x};" for x in shared]
+        return "\n".join([f"{head} {k.name}({', '.join(args)}) {{"] + top + self.body + ["}"])
+
+
+def _mma(dialect: Dialect, kind: str) -> str:
+    """`mma_f16` / `mma_bf16`: d += a @ b for one warp's m16n8k16 fragments (a: 4 words, b: 2, d: 4 floats)."""
+    if dialect.name == "cuda":
+        return (f"static __device__ __forceinline__ void mma_{kind}(float* d, const uint* a, const uint* b) {{\n"
+                f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, '
+                '{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+                '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])\n'
+                '    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n')
+    # the emulation: each work item places its fragments where the PTX ISA's layout says, then reads its outputs'
+    wide = "f16_to_f32" if kind == "f16" else "bf16_to_f32"
+    return (f"static void mma_{kind}(float* d, const uint* a, const uint* b, __local float* am, __local float* bm,"
+            " int lane) {\n"
+            "  int g = lane >> 2, q = lane & 3;\n"
+            "  for (int i = 0; i < 8; i++)  /* a_i: row g (+8 for i = 2, 3, 6, 7), column q*2 + (i & 1) (+8 from 4) */\n"
+            "    am[(g + ((i & 2) ? 8 : 0)) * 16 + q * 2 + (i & 1) + ((i & 4) ? 8 : 0)] = "
+            f"{wide}((ushort)((i & 1) ? a[i >> 1] >> 16 : a[i >> 1] & 0xffffu));\n"
+            "  for (int i = 0; i < 4; i++)  /* b_i: row (k) q*2 + (i & 1) (+8 for i = 2, 3), column g */\n"
+            "    bm[(q * 2 + (i & 1) + ((i & 2) ? 8 : 0)) * 8 + g] = "
+            f"{wide}((ushort)((i & 1) ? b[i >> 1] >> 16 : b[i >> 1] & 0xffffu));\n"
+            "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+            "  for (int i = 0; i < 4; i++) {  /* c_i: row g (+8 for i = 2, 3), column q*2 + (i & 1) */\n"
+            "    int row = g + ((i & 2) ? 8 : 0), col = q * 2 + (i & 1);\n"
+            "    float s = 0.0f;\n"
+            "    for (int j = 0; j < 16; j++) s += am[row * 16 + j] * bm[j * 8 + col];\n"
+            "    d[i] += s;\n"
+            "  }\n"
+            "  barrier(CLK_LOCAL_MEM_FENCE);\n}\n")
+
+
 class CRenderer(Renderer):
     """Linear kernels -> one C module of `dialect`: the prelude, then one function per kernel."""
 
@@ -383,8 +541,11 @@ class CRenderer(Renderer):
         self.dialect = dialect
 
     def render(self, kernels: list) -> str:
-        functions = [KernelRenderer(k, lines, self.dialect).render() for k, lines in kernels]
-        return "\n\n".join([self.dialect.prelude + _DOUBLE_BITS[self.dialect.name]] + functions) + "\n"
+        functions = [(TensorCoreRenderer if is_tensor_core(k) else KernelRenderer)(k, lines, self.dialect).render()
+                     for k, lines in kernels]
+        kinds = {tensor_core_tile(k).dtype for k, _ in kernels if is_tensor_core(k)}
+        helpers = [_mma(self.dialect, "f16" if d == dtypes.float16 else "bf16") for d in sorted(kinds, key=str)]
+        return "\n\n".join([self.dialect.prelude + _DOUBLE_BITS[self.dialect.name]] + helpers + functions) + "\n"
 
 
 _DOUBLE_BITS = {"opencl": "#define AS_DOUBLE_BITS(x) as_double((ulong)(x))\n",

@@ -339,14 +339,18 @@ class CUDAExecutable(ReplayExecutable):
         return super().as_text(stage)
 
 
-def _target(name: str, sms: int, shared: int, l2: int, threads_per_block: int) -> Target:
+def _target(name: str, arch: str, sms: int, shared: int, l2: int, threads_per_block: int) -> Target:
+    """A GPU's target; compute capability 8.0 and later multiplies float16 and bfloat16 on tensor cores
+    (`mma.m16n8k16`, fnx/lower/tensor_core.py)."""
+    tensor_cores = ("float16", "bfloat16") if int(arch.rstrip("af")) >= 80 else ()
     return Target(name, "", "", vector_bytes=4, vector_registers=16, fma=True, l1_bytes=shared, l2_bytes=l2,
-                  l3_bytes=0, cores=sms, threads=1, grid=True, local_size=min(LOCAL_SIZE, threads_per_block))
+                  l3_bytes=0, cores=sms, threads=1, grid=True, local_size=min(LOCAL_SIZE, threads_per_block),
+                  tensor_cores=tensor_cores)
 
 
 def compile_only_target(arch: str) -> Target:
     """What a compile-only device lowers for: a GPU of architecture `arch` ('90') with an H100/H200's resources."""
-    return _target(f"compile-only sm_{arch}", _DEFAULT_SMS, _DEFAULT_SHARED, _DEFAULT_L2, 1024)
+    return _target(f"compile-only sm_{arch}", arch, _DEFAULT_SMS, _DEFAULT_SHARED, _DEFAULT_L2, 1024)
 
 
 class CUDADevice(Device):
@@ -377,7 +381,7 @@ class CUDADevice(Device):
                                                                     f"CU_DEVICE_ATTRIBUTE_{a}"), self.handle), a)
         arch = f"{attr('COMPUTE_CAPABILITY_MAJOR')}{attr('COMPUTE_CAPABILITY_MINOR')}"
         self.gpu_name = _check(driver.cuDeviceGetName(256, self.handle), "cuDeviceGetName").split(b"\0")[0].decode()
-        target = _target(f"{self.gpu_name} sm_{arch}", attr("MULTIPROCESSOR_COUNT"),
+        target = _target(f"{self.gpu_name} sm_{arch}", arch, attr("MULTIPROCESSOR_COUNT"),
                          attr("MAX_SHARED_MEMORY_PER_BLOCK"), attr("L2_CACHE_SIZE"), attr("MAX_THREADS_PER_BLOCK"))
         super().__init__("cuda", ordinal, CUDAAllocator(name, self.context, self.stream), target=target,
                          renderer=CRenderer(CUDA), compiler=_gpu_compiler(arch))

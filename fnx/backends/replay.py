@@ -14,6 +14,7 @@ from fnx.backends.control import run_control
 from fnx.backends.device import Buffer, Device, Executable, HostCall, Launch, Transfer, check_platform, get_device
 from fnx.lower.pipeline import STAGES, lower
 from fnx.lower.rangeify import HostStep, TransferStep
+from fnx.lower.tensor_core import is_tensor_core, launch_dims
 from fnx.uop import UOp
 
 
@@ -42,8 +43,9 @@ class ReplayExecutable(Executable):
                 outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
                 out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
                 group = (kernel.locals[0].arg.size,) if kernel.locals else ()  # (work items of a work-group)
+                dims = launch_dims(kernel) if is_tensor_core(kernel) else (0, outer) + group
                 self.items.append(Launch(kernel.name, self.buffers[out].device or self.device, tuple(kernel.args),
-                                         (0, outer) + group))
+                                         dims))
         check_platform(self.items, self.device)
         # a kernel after a COPY runs where its output lives: that device (of this platform) loads the program
         self.programs = {item.kernel: get_device(item.device).program(item.kernel, binary)

@@ -33,6 +33,8 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
   (the output is first set to the reduction's identity by an init kernel). With SPLIT of the reduce loop this is
   cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache. A float sum
   allows FLAT_SUM_MAX passes at most (each adds into the output in a row).
+- TC: (grid devices with tensor cores) compute a float16/bfloat16 matmul-like kernel with warp-level matrix
+  instructions, tiled as fnx/lower/tensor_core.py says; the only action of its kernel (axis and amount 0).
 
 `heuristic_opts` chooses actions by hand rules, reading the machine (vector width and registers, L2, threads)
 from a `Target` (fnx/lower/target.py); `FNX_BEAM` (fnx/lower/search.py) searches the same actions by timing.
@@ -53,6 +55,7 @@ from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
 from fnx.lower.target import Target
+from fnx.lower.tensor_core import NotTensorCore, is_tensor_core, tensor_core_tile
 from fnx.rewrite import substitute
 from fnx.uop import Ops, ParamArg, RangeArg, UOp, with_src
 
@@ -279,6 +282,13 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     if not 0 <= opt.axis < len(axes): raise OptError(f"{opt}: kernel has {len(axes)} loops")
     r, is_output = axes[opt.axis], opt.axis < len(k.ranges)
     if opt.op == "PACK": return replace(_pack(k, opt), opts=k.opts + (opt,))
+    if opt.op == "TC":
+        try:
+            tensor_core_tile(k)
+        except NotTensorCore as err:
+            raise OptError(f"{opt}: {err}") from None
+        return replace(k, opts=k.opts + (opt,))
+    if is_tensor_core(k): raise OptError(f"{opt}: a tensor-core kernel takes no other action")
     k = replace(k, opts=k.opts + (opt,))
     rows = k.row_ranges
     if rows is not None and ((r in rows) != (opt.op == "THREAD") or opt.op == "SWAP" and (
@@ -697,6 +707,7 @@ def _grid_opts(k: Kernel, target: Target) -> list[Opt]:
     output loop is (LOCAL: the group's work items walk it together, their loads neighbours); then the other one
     where it still applies. No vector lanes: the work items are the parallelism."""
     if not k.parallel or _store_buffers_read(k): return []
+    if target.tensor_cores and (tc := _tensor_cores(k, target)): return tc
     deps, opts, probe = range_deps(k.sink), [], k
     reduces = [u for u in k.sink.toposort if u.op is Ops.REDUCE]
     eligible = [a for a in range(len(k.ranges)) if all(k.ranges[a] in deps[u] for u in reduces)]
@@ -726,6 +737,15 @@ def _grid_opts(k: Kernel, target: Target) -> list[Opt]:
             opts.append(opt)
             if opt.op == "LOCAL": break  # (one output loop walks the group)
     return opts
+
+
+def _tensor_cores(k: Kernel, target: Target) -> list[Opt] | None:
+    """[TC] for a 16-bit matmul-like kernel of a type the device's tensor cores take (fnx/lower/tensor_core.py)."""
+    try:
+        tile = tensor_core_tile(k)
+    except NotTensorCore:
+        return None
+    return [Opt("TC", 0, 0)] if tile.dtype.name in target.tensor_cores else None
 
 
 def _grid_register_blocks(k: Kernel, target: Target, t: int, width: int) -> list[Opt] | None:
@@ -778,7 +798,7 @@ def _output_loop_sizes(k: Kernel, opts: list[Opt]) -> list[int]:
 def apply_opts(k: Kernel, opts: list[Opt]) -> Kernel:
     """`opts` applied in order, then the float sums blocked (whatever the schedule) and the accesses devectorized."""
     for opt in opts: k = apply_opt(k, opt)
-    return devectorize(block_sums(k))
+    return k if is_tensor_core(k) else devectorize(block_sums(k))  # (the tensor cores sum in their own order)
 
 
 _overrides: list = []   # test hooks: callables (kernel, target) -> actions, innermost last

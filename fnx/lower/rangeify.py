@@ -591,8 +591,18 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
                 cheap.add(u)
         losers = _losers(costly, places, stop)
         if not set(costly) - losers: return chosen
-        added = set(costly) - losers
+        added = {_narrowest(u, realized) for u in set(costly) - losers}
         chosen |= added
+
+
+def _narrowest(u: UOp, realized: dict[UOp, int]) -> UOp:
+    """The value to give a buffer for u: below exact widening casts (float16 -> float32, ...), the narrow source
+    not yet realized (fewer bytes; the readers widen it again, exactly). A float16 matmul operand then stays
+    float16 in memory, what tensor cores read."""
+    while (u.op is Ops.CAST and u.dtype.is_float and u.src[0].dtype.is_float
+           and u.src[0].dtype.itemsize < u.dtype.itemsize and u.src[0] not in realized):
+        u = u.src[0]
+    return u
 
 
 class _Either:
@@ -716,7 +726,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()
-            pending[:0] = [need.node, u]  # realize the dependency first, then retry
+            pending[:0] = [_narrowest(need.node, schedule.realized), u]  # realize the dependency first, then retry
             continue
         schedule.kernels.extend(kernels)
         done.add(u)

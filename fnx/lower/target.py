@@ -26,6 +26,7 @@ class Target:
     threads: int            # worker threads a kernel may be split across (THREAD)
     grid: bool = False      # a data-parallel device: kernels launch over a grid of work items (OpenCL, CUDA)
     local_size: int = 1     # work items of one work-group / thread block a launch uses (grid devices)
+    tensor_cores: tuple = ()  # the 16-bit float types its matrix instructions multiply ('float16', 'bfloat16')
 
     @property
     def key(self) -> str:
