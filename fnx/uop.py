@@ -208,7 +208,19 @@ class UOp:
         u = object.__new__(cls)
         u.op, u.dtype, u.src, u.arg = op, dtype, src, arg
         u.shape = _infer_shape(u)
-        UOp._interned[key] = u
+        _intern(key, u)
+        return u
+
+    @classmethod
+    def scalar(cls, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
+        """`UOp(op, dtype, src, arg)` for a node of a kernel's scalar graph (shape (), every source scalar) that fnx
+        built before and trusts (a lowering read back from its cache): no checks and no shape inference."""
+        key = (op, dtype, src, _const_key(arg) if op is Ops.CONST else arg)
+        if (ref := _interned_refs.get(key)) is not None and (found := ref()) is not None:
+            return found
+        u = object.__new__(cls)
+        u.op, u.dtype, u.src, u.arg, u.shape = op, dtype, src, arg, ()
+        _intern(key, u)
         return u
 
     def __reduce__(self):
@@ -295,6 +307,12 @@ class UOp:
 
 
 _interned_refs = UOp._interned.data  # key -> weak reference (see UOp.__new__)
+
+
+def _intern(key: tuple, u: UOp, interned=UOp._interned, ref=weakref.KeyedRef) -> None:
+    """`UOp._interned[key] = u`, without WeakValueDictionary.__setitem__'s call overhead."""
+    if interned._pending_removals: interned._commit_removals()
+    interned.data[key] = ref(u, interned._remove, key)
 
 
 def with_src(u: UOp, src: tuple[UOp, ...]) -> UOp:

@@ -307,16 +307,19 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     disk_key = disk.key(fn) if not config.beam and not overriding() else None
     with _quick_gil_handoffs():
         start = time.perf_counter()
-        hit = disk.load(disk_key, fn) if disk_key is not None else None
+        def link(sources):  # lowered by an earlier process: its modules' object code is in the compile cache too
+            for names, source in sources:  # (linked on the LLVM threads while the kernels are decoded)
+                modules.sources.append(source)
+                modules.jobs.append((names, device.compiler.submit(source)))
+        hit = disk.load(disk_key, fn, link) if disk_key is not None else None
         if hit is not None and events.active:
             events.finished("lower", events.current_name(), start, lowering_cache="hit",
                             kernels=sum(lines is not None for _, lines in hit[0].kernels))
-        if hit is not None:  # lowered by an earlier process: its modules' object code is in the compile cache too
-            lowering, sources = hit
-            for names, source in sources:
-                modules.sources.append(source)
-                modules.jobs.append((names, device.compiler.submit(source)))
+        if hit is not None:
+            lowering = hit[0]
         else:
+            modules.sources.clear()  # (an entry that failed to decode after its modules were submitted)
+            modules.jobs.clear()
             lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
             if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
                 source = module_source([(render_driver(c), set()) for c in lowering.chains])

@@ -32,7 +32,7 @@ from fnx.lower.optimize import Opt
 from fnx.lower.pipeline import Lowering
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
 from fnx.lower.target import Target
-from fnx.uop import (ConstArg, IotaArg, Ops, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
+from fnx.uop import (GroupOp, ConstArg, IotaArg, Ops, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
                      CollectiveArg, UOp)
 
 _DTYPES = {d.name: d for d in dtypes.ALL_DTYPES}
@@ -103,9 +103,13 @@ def _decode_arg(a, nodes: list):
 
 
 def _decode_nodes(rows: list) -> list[UOp]:
+    """The table's UOps; the kernels' scalar nodes without shape inference (the entry is fnx's own: the cache
+    checks its digest and the key hashes fnx's source)."""
     nodes: list[UOp] = []
     for op, dtype, src, arg in rows:
-        nodes.append(UOp(Ops[op], _DTYPES[dtype], tuple(nodes[i] for i in src), _decode_arg(arg, nodes)))
+        o, sources = Ops[op], tuple(nodes[i] for i in src)
+        make = UOp.scalar if o in GroupOp.ALU and sources and all(s.shape == () for s in sources) else UOp
+        nodes.append(make(o, _DTYPES[dtype], sources, _decode_arg(arg, nodes)))
     return nodes
 
 
@@ -158,10 +162,15 @@ def encode(lowering: Lowering, modules: list[tuple[list[str], str]]) -> bytes:
     return zlib.compress(len(head).to_bytes(8, "little") + head + b"\0".join(s.encode() for _, s in modules), 1)
 
 
-def decode(blob: bytes, fn: UOp) -> tuple[Lowering, list[tuple[list[str], str]]]:
+def decode(blob: bytes, fn: UOp, modules_first=None) -> tuple[Lowering, list[tuple[list[str], str]]]:
+    """The lowering and its modules from `encode`'s bytes. `modules_first(modules)`, when given, gets the modules
+    before the kernels are decoded (the CPU backend starts linking their object code meanwhile)."""
     raw = zlib.decompress(blob)
     n = int.from_bytes(raw[:8], "little")
     data, tail = json.loads(raw[8:8 + n]), raw[8 + n:]
+    sources = [text.decode() for text in tail.split(b"\0")] if data["modules"] else []
+    modules = [(list(names), source) for names, source in zip(data["modules"], sources)]
+    if modules_first is not None: modules_first(modules)
     nodes = _decode_nodes(data["nodes"])
     kernels = [(_decode_kernel(k, nodes), [(what, nodes[i]) for what, i in lines]) for k, lines in data["kernels"]]
     buffers = [BufferSpec(_DTYPES[d], size, kind, param, device) for d, size, kind, param, device in
@@ -171,9 +180,7 @@ def decode(blob: bytes, fn: UOp) -> tuple[Lowering, list[tuple[list[str], str]]]
     memory["slot_of"] = {b: s for b, s in memory["slot_of"]}
     chains = [RowChain(**{**c, "scratch": {b: (o, r) for b, o, r in c["scratch"]},
                           "members": [kernels[i][0] for i in c["members"]]}) for c in data["chains"]]
-    lowering = Lowering(None, schedule, kernels, MemoryPlan(**memory), chains, source=fn)
-    sources = [text.decode() for text in tail.split(b"\0")] if data["modules"] else []
-    return lowering, [(list(names), source) for names, source in zip(data["modules"], sources)]
+    return Lowering(None, schedule, kernels, MemoryPlan(**memory), chains, source=fn), modules
 
 
 _fnx_digest: list[str] = []
@@ -209,14 +216,15 @@ class LoweringCache:
             return None
         return self.files.key(json.dumps(t.rows, separators=(",", ":")))
 
-    def load(self, key: str, fn: UOp):
-        """(lowering, modules) from the entry under `key`, or None."""
+    def load(self, key: str, fn: UOp, modules_first=None):
+        """(lowering, modules) from the entry under `key`, or None (`modules_first`: see `decode`; it may have been
+        called for an entry that then fails to decode)."""
         blob = self.files.load(key)
         if blob is None: return None
         collecting = gc.isenabled()
         gc.disable()  # (decoding makes ~20k small lists: in a process full of objects each full collection they set
         try:          # off took 50 ms, 10x the decoding)
-            return decode(blob, fn)
+            return decode(blob, fn, modules_first)
         except (ValueError, KeyError, TypeError, IndexError, zlib.error):  # (a damaged or foreign entry)
             return None
         finally:

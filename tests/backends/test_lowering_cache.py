@@ -79,6 +79,30 @@ def test_a_damaged_entry_is_ignored(tmp_path):
     assert hits == [False, False] and again == cold
 
 
+def test_an_entry_that_fails_to_decode_after_its_modules_were_linked_is_lowered_again(tmp_path, monkeypatch):
+    """The CPU backend links an entry's modules while its kernels decode; when decoding then fails, the process
+    lowers the function itself and gets the right answer."""
+    from fnx.backends import lowering_cache
+    from fnx.config import config
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    x = np.random.default_rng(2).standard_normal((300, 64)).astype(np.float32)
+    f = lambda x: jnp.tanh(x @ x.T).sum(axis=1)  # noqa: E731
+    want = np.tanh(x.astype(np.float64) @ x.T.astype(np.float64)).sum(axis=1)
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(x)), want, rtol=1e-4, atol=1e-4)
+    fnx.clear_caches()
+    linked = []
+
+    def broken(rows):
+        assert linked, "the modules are handed over before the kernels are decoded"
+        raise ValueError("a damaged node table")
+    original = lowering_cache.decode
+    monkeypatch.setattr(lowering_cache, "_decode_nodes", broken)
+    monkeypatch.setattr(lowering_cache, "decode", lambda blob, fn, first=None: original(
+        blob, fn, lambda modules: (linked.append(modules), first(modules))))
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(x)), want, rtol=1e-4, atol=1e-4)
+    assert linked and linked[0], "the entry was found and its modules linked"
+
+
 def _lowering(f, *args):
     return fnx.jit(f).lower(*args).executable
 
