@@ -518,7 +518,7 @@ def _mma(dialect: Dialect, kind: str) -> str:
     return (f"static void mma_{kind}(float* d, const uint* a, const uint* b, __local float* am, __local float* bm,"
             " int lane) {\n"
             "  int g = lane >> 2, q = lane & 3;\n"
-            "  for (int i = 0; i < 8; i++)  /* a_i: row g (+8 for i = 2, 3, 6, 7), column q*2 + (i & 1) (+8 from 4) */\n"
+            "  for (int i = 0; i < 8; i++)  /* a_i: row g (+8: i = 2, 3, 6, 7), column q*2 + (i & 1) (+8 from 4) */\n"
             "    am[(g + ((i & 2) ? 8 : 0)) * 16 + q * 2 + (i & 1) + ((i & 4) ? 8 : 0)] = "
             f"{wide}((ushort)((i & 1) ? a[i >> 1] >> 16 : a[i >> 1] & 0xffffu));\n"
             "  for (int i = 0; i < 4; i++)  /* b_i: row (k) q*2 + (i & 1) (+8 for i = 2, 3), column g */\n"
