@@ -431,7 +431,7 @@ class TensorCoreRenderer(KernelRenderer):
         for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
         args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
                 for i in range(max(len(k.args), 1))] + [f"{i64} lo", f"{i64} hi"]
-        kr, size_m, size_n, size_k = f"r{t.k.arg.number}", t.rows, t.columns, t.k.arg.size
+        size_m, size_n, size_k = t.rows, t.columns, t.depth
         emit = self.emit
         unroll = lambda: emit("#pragma unroll") if cuda else None  # noqa: E731  (registers, not an array in memory)
         emit(f"int tid = (int){d.local_id}, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;")
@@ -453,9 +453,9 @@ class TensorCoreRenderer(KernelRenderer):
             emit(f"for (int e = tid; e < {rows * BLOCK_K}; e += {THREADS}) {{")
             self.depth += 1
             emit(f"int i = {i}, j = {j};")
-            emit(f"{i64} at = {start} * {rows} + i, {kr} = k0 + j;")
+            emit(f"{i64} at = {start} * {rows} + i, kk = k0 + j;")
             emit("float v = 0.0f;")
-            self.block(f"if (at < {size} && {kr} < {size_k})", self.unflatten("at", ranges),
+            self.block(f"if (at < {size} && kk < {size_k})", self.unflatten("at", ranges) + self.unflatten("kk", t.k),
                        postorder(operand, lambda u: u.src), lambda operand=operand: [f"v = {self.value(operand)};"])
             emit(f"({halves}{tile})[i * {_LD} + j] = {self.to_memory('v', t.dtype)};")  # (k: j)
             self.depth -= 1

@@ -1,6 +1,7 @@
 """Tensor cores: which kernels a grid device may compute with warp-level matrix instructions, and how they tile.
 
-A kernel qualifies when it is one float32 sum over one reduce loop k of a product of two 16-bit floats (float16
+A kernel qualifies when it is one float32 sum over its reduce loops k (several act as one, flattened: a
+convolution's channels and window) of a product of two 16-bit floats (float16
 or bfloat16, the same for both) widened to float32 — `sum_k f32(A) * f32(B)`, what a float16 or bfloat16 matmul
 lowers to — where A varies along output loops m that B does not, and B along loops n that A does not (several
 such loops act as one, flattened: vmap's batch of the left operand is more rows). Any other output loops are the
@@ -47,7 +48,7 @@ class TensorCoreTile:
     b: UOp                      # ... of B: batch, k and n
     m: tuple                    # the output RANGEs only A varies along, outermost first (flattened: the rows)
     n: tuple                    # the output RANGEs only B varies along (the columns)
-    k: UOp                      # the reduce RANGE
+    k: tuple                    # the reduce RANGEs, outermost first (flattened: the depth)
     batch: tuple                # the other output RANGEs, outermost first
     dtype: DType                # float16 or bfloat16
 
@@ -58,6 +59,10 @@ class TensorCoreTile:
     @property
     def columns(self) -> int:
         return math.prod(r.arg.size for r in self.n)
+
+    @property
+    def depth(self) -> int:
+        return math.prod(r.arg.size for r in self.k)
 
     @property
     def blocks(self) -> int:
@@ -78,24 +83,25 @@ def tensor_core_tile(k: Kernel) -> TensorCoreTile:
         raise NotTensorCore("only a kernel with no other schedule action")
     if not k.parallel: raise NotTensorCore("its iterations are not independent")
     reduces = [u for u in k.sink.toposort if u.op is Ops.REDUCE]
-    if len(reduces) != 1 or len(k.reduce_ranges) != 1: raise NotTensorCore("not one reduction over one loop")
-    red, kr = reduces[0], k.reduce_ranges[0]
-    if red.arg.op is not Ops.ADD or red.dtype != dtypes.float32 or red.src[1:] != (kr,):
-        raise NotTensorCore("not a float32 sum")
-    if kr.arg.size > MAX_K: raise NotTensorCore(f"a sum of {kr.arg.size} terms (at most {MAX_K})")
+    if len(reduces) != 1: raise NotTensorCore("not one reduction")
+    red, ks = reduces[0], tuple(k.reduce_ranges)
+    if red.arg.op is not Ops.ADD or red.dtype != dtypes.float32 or set(red.src[1:]) != set(ks) or not ks:
+        raise NotTensorCore("not a float32 sum over the kernel's reduce loops")
+    if (depth := math.prod(r.arg.size for r in ks)) > MAX_K:
+        raise NotTensorCore(f"a sum of {depth} terms (at most {MAX_K})")
     prod = red.src[0]
     halves = [_half_operand(s) for s in prod.src] if prod.op is Ops.MUL else [None]
     if None in halves or halves[0].dtype != halves[1].dtype:
         raise NotTensorCore("the sum is not of products of two float16 or two bfloat16 values")
     deps = range_deps(k.sink)
-    if any(kr in deps[st] for st in k.sink.src): raise NotTensorCore("a store runs inside the reduce loop")
+    if any(set(ks) & deps[st] for st in k.sink.src): raise NotTensorCore("a store runs inside the reduce loop")
     a, b = halves
     only_a = [r for r in k.ranges if r in deps[a] and r not in deps[b]]
     only_b = [r for r in k.ranges if r in deps[b] and r not in deps[a]]
-    if not only_a or not only_b or kr not in deps[a] or kr not in deps[b]:
+    if not only_a or not only_b or not set(ks) & (deps[a] | deps[b]):
         raise NotTensorCore("not a product of an (m, k) by a (k, n) operand")
     batch = tuple(r for r in k.ranges if r not in only_a and r not in only_b)
-    return TensorCoreTile(red, a, b, tuple(only_a), tuple(only_b), kr, batch, a.dtype)
+    return TensorCoreTile(red, a, b, tuple(only_a), tuple(only_b), ks, batch, a.dtype)
 
 
 def launch_dims(k: Kernel) -> tuple[int, int, int]:
