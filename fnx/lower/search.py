@@ -43,6 +43,7 @@ def candidate_actions(k: Kernel, target: Target | None = None) -> list[Opt]:
         if out and not k.opts and not grid: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg.size]
         if out: acts += [Opt("SWAP", i, j) for j in range(i + 1, n_out)]
         if not out and not grid: acts.append(Opt("ACCUMULATE", i))
+    if k.reduce_ranges and not k.opts and not grid: acts.append(Opt("SEPARATE", 0, 0))
     return acts
 
 

@@ -104,7 +104,8 @@ SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1
           Opt("UPCAST", 0, 3), Opt("UPCAST", 0, 5), Opt("UPCAST", -2, 7),  # (5 and 7 leave clamped remainders)
           Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
           Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7),
-          Opt("PACK", 0, 5)]  # (A of a matmul, in panels of 5 rows)
+          Opt("PACK", 0, 5),  # (A of a matmul, in panels of 5 rows)
+          Opt("SEPARATE", 0, 0)]  # (matmul_t's relu: the product computed apart, by its own heuristic schedule)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -342,3 +343,38 @@ def test_row_sums_accumulate_in_several_vectors(width):
     x64 = x_np.astype(np.float64)
     want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(np.asarray(fnx.jit(layernorm)(jnp.asarray(x_np))), want, rtol=2e-5, atol=2e-5)
+
+
+def _sgd(w, x, g): return w - 0.1 * (x.T @ g)  # a weight gradient with the update fused in
+
+
+@pytest.mark.parametrize("m,k,n", [(96, 1024, 2048), (600, 1000, 1100)])
+def test_a_matmul_under_an_epilogue_is_computed_apart_to_take_k_slabs(m, k, n):
+    """`w - lr * x.T @ g` with a B beyond L2: the sum cannot accumulate k-slab by k-slab in an output that holds
+    `w - ...`, so SEPARATE computes it into a buffer of its own first (there it takes the k-slabs, and with 600
+    rows PACK too: two placeholder buffers, one inside the other's schedule), then a pass applies the update."""
+    rng = np.random.default_rng(m)
+    w, x, g = (rng.standard_normal(s).astype(np.float32) for s in ((m, n), (k, m), (k, n)))
+    lowered = fnx.jit(_sgd).lower(w, x, g)
+    [kernel] = rangeify(callify(lowered.traced.fn)).kernels
+    assert heuristic_opts(kernel, TARGET)[0] == Opt("SEPARATE", 0, 0)
+    text = lowered.as_text("optimize")
+    assert "_sum" in text and "ACCUMULATE" in text and ("PACK" in text) == (m >= 512)
+    want = w.astype(np.float64) - 0.1 * (x.astype(np.float64).T @ g.astype(np.float64))
+    got = np.asarray(fnx.jit(_sgd)(w, x, g))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
+    for again in (fnx.jit(_sgd)(w, x, g), fnx.jit(_sgd)(w, x, g)):  # (a second call reuses the buffers)
+        np.testing.assert_array_equal(np.asarray(again), got)
+
+
+def test_separate_refuses_what_it_cannot_split():
+    bare = rangeify(callify(fnx.jit(lambda a, b: a @ b).lower(np.ones((8, 9), np.float32),
+                                                             np.ones((9, 10), np.float32)).traced.fn)).kernels[0]
+    with pytest.raises(OptError, match="epilogue"):
+        apply_opt(bare, Opt("SEPARATE", 0, 0))
+    with pytest.raises(OptError, match="before every other action"):
+        apply_opt(apply_opt(bare, Opt("THREAD", 0)), Opt("SEPARATE", 0, 0))
+    # a column sum's mean has an epilogue too, but it is no product of two operands: the heuristic leaves it whole
+    [mean] = rangeify(callify(fnx.jit(lambda x: x.mean(axis=0)).lower(np.ones((4096, 512), np.float32))
+                              .traced.fn)).kernels
+    assert Opt("SEPARATE", 0, 0) not in heuristic_opts(mean, TARGET)
