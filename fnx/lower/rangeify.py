@@ -154,6 +154,7 @@ class _Plan:
     every fused value it computed (the loop nests computing it)."""
     keep: set[UOp] = field(default_factory=set)
     stash: set[UOp] = field(default_factory=set)
+    narrow: bool = False  # give widened 16-bit values their buffer in the narrow type (_narrowest)
     computed_in: dict[UOp, set[_Nest]] = field(default_factory=dict)
 
 
@@ -591,15 +592,17 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
                 cheap.add(u)
         losers = _losers(costly, places, stop)
         if not set(costly) - losers: return chosen
-        added = {_narrowest(u, realized) for u in set(costly) - losers}
+        added = {_narrowest(u, realized, plan.narrow) for u in set(costly) - losers}
         chosen |= added
 
 
-def _narrowest(u: UOp, realized: dict[UOp, int]) -> UOp:
-    """The value to give a buffer for u: below exact widening casts (float16 -> float32, ...), the narrow source
-    not yet realized (fewer bytes; the readers widen it again, exactly). A float16 matmul operand then stays
-    float16 in memory, what tensor cores read."""
-    while (u.op is Ops.CAST and u.dtype.is_float and u.src[0].dtype.is_float
+def _narrowest(u: UOp, realized: dict[UOp, int], narrow: bool) -> UOp:
+    """The value to give a buffer for u: with `narrow` (grid devices), below exact widening casts (float16 ->
+    float32, ...), the narrow source not yet realized (fewer bytes; the readers widen it again, exactly). A
+    float16 matmul operand then stays float16 in memory, what tensor cores read. The CPU keeps the wide value: its
+    matmul would widen each element of the operand again per multiply-add (gelu(x @ w1) @ w2 in bfloat16, 512 x
+    1024 x 256: 8.9 ms wide, 10.6 ms narrow)."""
+    while narrow and (u.op is Ops.CAST and u.dtype.is_float and u.src[0].dtype.is_float
            and u.src[0].dtype.itemsize < u.dtype.itemsize and u.src[0] not in realized):
         u = u.src[0]
     return u
@@ -641,24 +644,25 @@ def _postorder_all(roots: list[UOp], stop: set) -> list[UOp]:
     return order
 
 
-def rangeify(fn: UOp) -> Schedule:
+def rangeify(fn: UOp, narrow: bool = False) -> Schedule:
     """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring.
 
     Args:
       fn: a FUNCTION whose body is a TUPLE of outputs over PARAMs (after callify).
+      narrow: realize widened 16-bit values in their narrow type (grid devices: `_narrowest`).
     Returns:
       the Schedule: kernels in run order, the buffers they use and the buffer of each output.
 
     Example: `rangeify(callify(fnx.make_graph(fnx.nn.softmax)(x).fn)).kernels` for a 2-d x is two kernels, each
     with its reduction fused in: exp(x - max) and its division by the row sums.
     """
-    plan, built = _Plan(), {}
+    plan, built = _Plan(narrow=narrow), {}
     while True:
         schedule = _split(fn, plan, built)
         more = _recomputed(plan, schedule.realized)
         if not more: return _unkeep_cheap(fn, plan, schedule, built)
         stash = {u for u in more if u not in plan.stash and _stashable(u, plan.computed_in[u])}
-        plan = _Plan(plan.keep | (more - stash), plan.stash | stash)
+        plan = _Plan(plan.keep | (more - stash), plan.stash | stash, narrow)
 
 
 def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Schedule:
@@ -671,7 +675,7 @@ def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Sche
     cheap = {u for u in plan.keep if u.op is not Ops.REDUCE and element_flops(u, realized - {u}, CHEAP_FLOPS)
              <= CHEAP_FLOPS}
     if not cheap: return schedule
-    trial_plan = _Plan(plan.keep - cheap, plan.stash)
+    trial_plan = _Plan(plan.keep - cheap, plan.stash, plan.narrow)
     trial = _split(fn, trial_plan, built)
     if _recomputed(trial_plan, trial.realized) or len(trial.kernels) >= len(schedule.kernels): return schedule
     return trial
@@ -726,7 +730,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()
-            pending[:0] = [_narrowest(need.node, schedule.realized), u]  # realize the dependency first, then retry
+            pending[:0] = [_narrowest(need.node, schedule.realized, plan.narrow), u]  # realize it first, then retry
             continue
         schedule.kernels.extend(kernels)
         done.add(u)

@@ -99,7 +99,7 @@ def _run_forced(device_name, fn, args):
 
 
 def _kernels(fn, *args):
-    return rangeify(callify(fnx.jit(fn).lower(*args).traced.fn)).kernels
+    return rangeify(callify(fnx.jit(fn).lower(*args).traced.fn), narrow=True).kernels  # (as grid devices do)
 
 
 # ---- which kernels qualify ----
@@ -118,6 +118,17 @@ def test_which_kernels_qualify():
         assert all(pytest.raises(NotTensorCore, tensor_core_tile, k).match(why) for k in kernels)
     big = _kernels(lambda a, b: a @ b, np.ones((4, 1 << 17), F16), np.ones((1 << 17, 4), F16))
     assert any("at most" in str(pytest.raises(NotTensorCore, tensor_core_tile, k).value) for k in big)
+
+
+def test_widened_values_get_narrow_buffers_on_grid_devices_only():
+    """gelu(x) in float16 feeds a matmul: a grid device keeps it float16 in memory (half the bytes, what the tensor
+    cores read); the CPU keeps the float32 it widens to, which its matmul reads without converting per element."""
+    fn, _, shapes, _ = PROGRAMS["computed_operand"]
+    traced = callify(fnx.jit(fn).lower(*_inputs(shapes, F16, 0)).traced.fn)
+    for narrow, dtype in ((True, "float16"), (False, "float32")):
+        schedule = rangeify(traced, narrow=narrow)
+        kinds = [b.dtype.name for b in schedule.buffers if b.kind == "intermediate"]
+        assert kinds == [dtype], (narrow, kinds)
 
 
 def test_tc_is_the_only_action_of_its_kernel():
