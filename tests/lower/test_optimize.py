@@ -378,3 +378,15 @@ def test_separate_refuses_what_it_cannot_split():
     [mean] = rangeify(callify(fnx.jit(lambda x: x.mean(axis=0)).lower(np.ones((4096, 512), np.float32))
                               .traced.fn)).kernels
     assert Opt("SEPARATE", 0, 0) not in heuristic_opts(mean, TARGET)
+
+
+def test_pack_copies_store_whole_vectors():
+    """PACK's copy of a transposed B (`a @ b.T`) walks the panel's columns innermost, in lanes (its stores whole
+    vectors, its loads gathered), not a scalar column at a time; the product still matches float64 numpy."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((700, 96)).astype(np.float32), rng.standard_normal((300, 96)).astype(np.float32)
+    lowered = fnx.jit(_matmul_t).lower(a, b)
+    packs = [line for line in lowered.as_text("optimize").splitlines() if "_pack" in line]
+    assert packs and all("VECTORIZE" in line for line in packs), packs
+    want = np.maximum(a.astype(np.float64) @ b.T.astype(np.float64), 0)
+    np.testing.assert_allclose(np.asarray(fnx.jit(_matmul_t)(a, b)), want, rtol=1e-5, atol=1e-4)
