@@ -181,6 +181,29 @@ def test_vmap_and_grad_on_the_tensor_core_schedule():
     np.testing.assert_allclose(np.asarray(gw, np.float64), want, rtol=4e-3, atol=4e-3 * np.abs(want).max())
 
 
+@opencl
+def test_tensor_core_kernels_from_several_threads_at_once():
+    """One executable on the tensor-core schedule, called from four threads at once on their own inputs (each
+    block's shared tiles are its own): every thread gets its own answer, three times."""
+    from concurrent.futures import ThreadPoolExecutor
+    fn = lambda a, b: jnp.maximum(a @ b, 0)  # noqa: E731
+    cases = [_inputs([(70, 45), (45, 130)], F16, seed) for seed in range(4)]
+    traced = fnx.jit(fn).lower(*[fnx.device_put(jnp.asarray(a), "opencl:0") for a in cases[0]]).traced.fn
+    device = get_device("opencl:0")
+    with schedule_override(_tensor_cores_where_they_apply):
+        exe = device.executable(traced)
+    assert "mma_f16(" in exe.source
+
+    def run(args):
+        return [exe([device.allocator.from_numpy(np.asarray(a)) for a in args])[0].numpy((70, 130))
+                for _ in range(3)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, cases))
+    for (a, b), got in zip(cases, results):
+        want = np.maximum(np.asarray(a, np.float64) @ np.asarray(b, np.float64), 0)
+        for g in got: _check(g, want, F16, 45)
+
+
 # ---- CUDA C to PTX ----
 
 nvrtc = pytest.mark.skipif(cuda.nvrtc_version() is None, reason="NVRTC is not installed (pip install 'fnx[test]')")

@@ -390,3 +390,20 @@ def test_pack_copies_store_whole_vectors():
     assert packs and all("VECTORIZE" in line for line in packs), packs
     want = np.maximum(a.astype(np.float64) @ b.T.astype(np.float64), 0)
     np.testing.assert_allclose(np.asarray(fnx.jit(_matmul_t)(a, b)), want, rtol=1e-5, atol=1e-4)
+
+
+def test_separated_sums_from_several_threads_at_once():
+    """Four threads call one jitted SGD step whose weight gradient is computed apart (SEPARATE: a buffer of the
+    schedule between two kernels) on their own inputs at once; each gets its own float64-numpy answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(11)
+    m, k, n = 96, 1024, 2048
+    cases = [tuple(rng.standard_normal(s).astype(np.float32) for s in ((m, n), (k, m), (k, n))) for _ in range(4)]
+    step = fnx.jit(_sgd)
+    [kernel] = rangeify(callify(step.lower(*cases[0]).traced.fn)).kernels
+    assert heuristic_opts(kernel, TARGET)[0] == Opt("SEPARATE", 0, 0)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda c: [np.asarray(step(*c)) for _ in range(3)], cases))
+    for (w, x, g), got in zip(cases, results):
+        want = w.astype(np.float64) - 0.1 * (x.astype(np.float64).T @ g.astype(np.float64))
+        for r in got: np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
