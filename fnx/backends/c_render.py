@@ -185,19 +185,30 @@ class KernelRenderer:
         return self.names[u]
 
     # ---- the function ----
-    def render(self) -> str:
+    def arguments(self) -> list[str]:
+        """The C parameters (a pointer per buffer, then lo and hi); names each buffer PARAM `b<slot>`."""
         k, d = self.kernel, self.d
-        types = {u.arg.slot: u.dtype for u in k.sink.toposort if u.op is Ops.PARAM}
-        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
-        args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
+        params = [u for u in k.sink.toposort if u.op is Ops.PARAM]
+        types = {p.arg.slot: p.dtype for p in params}
+        for p in params: self.names[p] = f"b{p.arg.slot}"
+        return [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
                 for i in range(max(len(k.args), 1))] + [f"{d.int64} lo", f"{d.int64} hi"]
-        for what, u in self.lines: getattr(self, f"line_{what}")(u)
-        head, top = f"{d.kernel} void", []
-        if self.width:
-            attribute = d.group_size.format(self.width)
+
+    def function(self, args: list[str], group: int, top: list[str]) -> str:
+        """The whole C function: its head (launched in work-groups of `group` items when nonzero), `top`, the body."""
+        d = self.d
+        head = f"{d.kernel} void"
+        if group:
+            attribute = d.group_size.format(group)
             head = f"{d.kernel} {attribute} void" if d.name == "cuda" else f"{d.kernel} void {attribute}"
-            top = [f"  {d.int64} lid = {d.local_id};"] + [f"  {d.local_memory} {x};" for x in self.shared]
-        return "\n".join([f"{head} {k.name}({', '.join(args)}) {{"] + top + self.body + ["}"])
+        return "\n".join([f"{head} {self.kernel.name}({', '.join(args)}) {{"] + top + self.body + ["}"])
+
+    def render(self) -> str:
+        d, args = self.d, self.arguments()
+        for what, u in self.lines: getattr(self, f"line_{what}")(u)
+        top = [f"  {d.int64} lid = {d.local_id};"] + [f"  {d.local_memory} {x};" for x in self.shared] \
+            if self.width else []
+        return self.function(args, self.width, top)
 
     # ---- loops and accumulators ----
     def line_open(self, r: UOp) -> None:
@@ -426,11 +437,7 @@ class TensorCoreRenderer(KernelRenderer):
 
     def render(self) -> str:
         k, d, t = self.kernel, self.d, self.tile
-        cuda, i64 = d.name == "cuda", d.int64
-        types = {u.arg.slot: u.dtype for u in k.sink.toposort if u.op is Ops.PARAM}
-        for p in (u for u in k.sink.toposort if u.op is Ops.PARAM): self.names[p] = f"b{p.arg.slot}"
-        args = [f"{d.pointer} {d.mem_type(types[i]) if i in types else 'uchar'}* b{i}".strip()
-                for i in range(max(len(k.args), 1))] + [f"{i64} lo", f"{i64} hi"]
+        cuda, i64, args = d.name == "cuda", d.int64, self.arguments()
         size_m, size_n, size_k = t.rows, t.columns, t.depth
         emit = self.emit
         unroll = lambda: emit("#pragma unroll") if cuda else None  # noqa: E731  (registers, not an array in memory)
@@ -499,10 +506,7 @@ class TensorCoreRenderer(KernelRenderer):
         emit("}")
         shared = [f"uint As[{BLOCK_M * _LD // 2}]", f"uint Bs[{BLOCK_N * _LD // 2}]"]
         if not cuda: shared += [f"float Am[{WARPS * 256}]", f"float Bm[{WARPS * 128}]"]
-        attribute = d.group_size.format(THREADS)
-        head = f"{d.kernel} {attribute} void" if cuda else f"{d.kernel} void {attribute}"
-        top = [f"  {d.local_memory} {x};" for x in shared]
-        return "\n".join([f"{head} {k.name}({', '.join(args)}) {{"] + top + self.body + ["}"])
+        return self.function(args, THREADS, [f"  {d.local_memory} {x};" for x in shared])
 
 
 def _mma(dialect: Dialect, kind: str) -> str:

@@ -289,6 +289,14 @@ def _two_operands(k: Kernel) -> bool:
     return bool(a - b) and bool(b - a)
 
 
+def _separated(k: Kernel) -> Kernel | None:
+    """k after SEPARATE, or None where it does not apply."""
+    try:
+        return apply_opt(k, Opt("SEPARATE", 0, 0))
+    except OptError:
+        return None
+
+
 def _placeholder(k: Kernel) -> int:
     """A buffer id for a prelude kernel's output, below every placeholder the kernel already has (optimize() maps
     them to buffers of the schedule)."""
@@ -671,11 +679,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
             # under an epilogue (the SGD update fused into a weight gradient), the sum cannot accumulate in the
             # output: computed apart, it takes k-slabs, and the epilogue becomes a pass over the output (x.T @ g
             # - SGD, 256 x 2048 x 1024 on the AVX2 EPYC: 47 -> 113 GFLOP/s; the W9 step 33.1 -> 31.5 ms)
-            try:
-                separated = apply_opt(k, Opt("SEPARATE", 0, 0))
-            except OptError:
-                pass
-            else:
+            if (separated := _separated(k)) is not None:
                 return [Opt("SEPARATE", 0, 0)] + heuristic_opts(separated, target)
         if slabs and stores[0].src[2].op is Ops.REDUCE:
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
