@@ -24,7 +24,8 @@ stage() {  # stage NAME SECONDS COMMAND...: run unless the budget is spent, neve
   $py --version; $py -m pip list 2>/dev/null | grep -i -E "^(cuda-bindings|nvidia-cuda-nvrtc|llvmlite|numpy|ml.dtypes|jax|jaxlib|pytest-timeout) "
   $py -c "import fnx; d = fnx.devices('cuda'); print(d, d[0].device_kind, d[0].target)"; } 2>&1 | tee "$out/env.log"
 pytest=(-m pytest -q -rs -p no:cacheprovider --timeout 90)
-stage test_cuda 150 env JAX_PLATFORMS=cpu "$py" "${pytest[@]}" -n 4 tests/backends/test_cuda.py tests/backends/test_tensor_cores.py
+stage test_cuda 150 env JAX_PLATFORMS=cpu "$py" "${pytest[@]}" -n 4 tests/backends/test_cuda.py tests/backends/test_tensor_cores.py \
+  tests/backends/test_grid_lanes.py
 stage bench 120 "$py" bench/gpu.py --json "$out/bench.json"
 stage test_primitives 150 env JAX_PLATFORMS=cpu FNX_TEST_DEVICES=interp,cuda "$py" "${pytest[@]}" -n 8 \
   tests/backends/test_primitives.py tests/backends/test_casts.py tests/backends/test_low_precision.py

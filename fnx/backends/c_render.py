@@ -12,7 +12,12 @@ The semantics are the LLVM renderer's (fnx/backends/llvm_render.py), so every ba
 - integer x / 0 = -1, x % 0 = x, MIN / -1 = MIN (no trap); shifts by the width or more give 0 (or the sign);
 - float -> int casts saturate (NaN -> 0); float max propagates NaN and prefers +0 over -0;
 - a false load gate reads nothing (the consumer discards the 0); constants are exact (hexadecimal literals).
-Scalar code: grid targets get no vector lanes (the work items are the parallelism).
+
+Vector lanes (the optimizer's VECTORIZE, `kernel.lanes`: on grid targets W consecutive elements of an elementwise
+kernel per work item): the arithmetic is scalar code, once per lane; a load or store of W consecutive elements
+(arg = the lane RANGE) with no gate is one vector access of the memory type (`vloadW`/`vstoreW` in OpenCL, which
+need only the element's alignment; `float4`-like types in CUDA, only where the first element's index is provably
+a multiple of W: buffers start at least 16-byte aligned). Other lane accesses are a scalar access per lane.
 
 Work-groups: a kernel with work-group ranges (`kernel.locals`, the optimizer's LOCAL and GROUP) launches one group
 of L work items per iteration of its grid loop (`r = lo + group id`, the same in the whole group, so every barrier
@@ -34,6 +39,7 @@ from fnx.dtypes import DType
 from fnx.errors import UnsupportedError
 from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
+from fnx.lower.symbolic import terms
 from fnx.lower.tensor_core import BLOCK_K, BLOCK_M, BLOCK_N, THREADS, WARPS, is_tensor_core, tensor_core_tile
 from fnx.uop import Ops, UOp, postorder
 
@@ -140,24 +146,29 @@ class KernelRenderer:
     """One kernel's linear program as one C function."""
 
     def __init__(self, kernel: Kernel, lines: Linear, dialect: Dialect):
-        if kernel.lanes:
-            raise UnsupportedError(f"{dialect.name} renderer: kernel {kernel.name} has vector lanes; grid targets "
-                                   "schedule scalar work items")
         self.kernel, self.lines, self.d = kernel, lines, dialect
-        self.locals = set(kernel.locals)
+        self.locals, self.lanes = set(kernel.locals), set(kernel.lanes)
         self.width = kernel.locals[0].arg.size if kernel.locals else 0
-        self.deps = range_deps(kernel.sink) if kernel.locals else {}
+        self.W = kernel.lanes[0].arg.size if kernel.lanes else 0
+        self.deps = range_deps(kernel.sink) if kernel.locals or kernel.lanes else {}
+        self.vec = {u: not self.lanes.isdisjoint(d) for u, d in self.deps.items()} if self.lanes else {}
+        self.lane: int | None = None  # the lane being rendered (a vector node is rendered once per lane)
         self.shared: list[str] = []   # local-memory arrays, declared at the top of the function
-        self.names: dict[UOp, str] = {}
-        self.acc: dict[UOp, str] = {}
+        self.names: dict[UOp, str | list[str]] = {}  # a vector node: a name per lane
+        self.count = 0
+        self.acc: dict[UOp, str | list[str]] = {}
         self.body: list[str] = []
         self.depth = 1
 
     def emit(self, text: str) -> None:
         self.body.append("  " * self.depth + text)
 
+    def fresh(self) -> str:
+        self.count += 1
+        return f"v{self.count}"
+
     def define(self, u: UOp, text: str, d: DType | None = None) -> str:
-        name = self.names[u] = f"v{len(self.names)}"
+        name = self.names[u] = self.fresh()
         self.emit(f"{self.d.c_type(d or u.dtype)} {name} = {text};")
         return name
 
@@ -181,8 +192,11 @@ class KernelRenderer:
 
     def value(self, u: UOp) -> str:
         if u.op is Ops.CONST: return self.const(u.arg.value, u.dtype)
-        if u.op is Ops.RANGE: return "lid" if u in self.locals else f"r{u.arg.number}"
-        return self.names[u]
+        if u.op is Ops.RANGE:
+            if u in self.lanes: return self.const(self.lane, u.dtype)
+            return "lid" if u in self.locals else f"r{u.arg.number}"
+        name = self.names[u]
+        return name[self.lane] if isinstance(name, list) else name
 
     # ---- the function ----
     def arguments(self) -> list[str]:
@@ -230,21 +244,43 @@ class KernelRenderer:
     def acc_dtype(self, red: UOp) -> DType:
         return dtypes.float32 if is_half(red.dtype) else red.dtype
 
+    def per_lane(self, u: UOp) -> range:
+        """The lanes `u` is computed for: each lane when it varies along them, else once (lane None)."""
+        return range(self.W) if self.vec.get(u) else range(1)
+
     def line_acc_init(self, red: UOp) -> None:
-        name = self.acc[red] = f"acc{len(self.acc)}"
         d = self.acc_dtype(red)
-        self.emit(f"{self.d.c_type(d)} {name} = {self.const(reduce_identity(red.arg.op, red.dtype), d)};")
+        names = [f"acc{len(self.acc)}_{lane}" for lane in self.per_lane(red.src[0])]
+        self.acc[red] = names if self.vec.get(red.src[0]) else names[0]
+        for name in names:
+            self.emit(f"{self.d.c_type(d)} {name} = {self.const(reduce_identity(red.arg.op, red.dtype), d)};")
 
     def line_acc_update(self, red: UOp) -> None:
-        acc, d = self.acc[red], self.acc_dtype(red)
-        self.emit(f"{acc} = {self.binary(red.arg.op, d, acc, self.value(red.src[0]))};")
+        d, accs = self.acc_dtype(red), self.acc[red]
+        for lane in self.per_lane(red.src[0]):
+            self.lane = lane if self.vec.get(red.src[0]) else None
+            acc = accs[lane] if isinstance(accs, list) else accs
+            self.emit(f"{acc} = {self.binary(red.arg.op, d, acc, self.value(red.src[0]))};")
+        self.lane = None
 
     # ---- nodes ----
     def line_node(self, u: UOp) -> None:
         if u.op in (Ops.CONST, Ops.PARAM): return
+        if u.op is Ops.STORE and u.arg is not None and self.vector_access(u): return self.vector_store(u)
+        if u.op is Ops.LOAD and u.arg is not None and self.vector_access(u): return self.vector_load(u)
+        if not self.vec.get(u): return self.node(u)
+        names = []
+        for self.lane in range(self.W):
+            self.node(u)
+            if u.op is not Ops.STORE: names.append(self.names[u])
+        self.lane = None
+        if names: self.names[u] = names
+
+    def node(self, u: UOp) -> None:
+        """`u` for one lane (self.lane; None outside vectors)."""
         if u.op is Ops.STORE: return self.store(u)
         if u.op is Ops.REDUCE and self.locals.intersection(u.src[1:]): return self.group_reduce(u)
-        if u.op is Ops.REDUCE: text = self.acc[u]
+        if u.op is Ops.REDUCE: text = self.reduced(u)
         elif u.op is Ops.LOAD: text = self.load(u)
         elif u.op is Ops.CAST: text = self.cast(self.value(u.src[0]), u.src[0].dtype, u.dtype)
         elif u.op is Ops.BITCAST: text = self.bitcast(self.value(u.src[0]), u.src[0].dtype, u.dtype)
@@ -252,6 +288,57 @@ class KernelRenderer:
         if is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg.op is Ops.MAX):
             text = self.round_to(text, u.dtype)
         self.define(u, text)
+
+    def reduced(self, red: UOp) -> str:
+        """A REDUCE's value: its accumulator, or (a reduction across the lanes) its accumulators combined."""
+        acc = self.acc[red]
+        if not isinstance(acc, list): return acc
+        if self.vec.get(red): return acc[self.lane]
+        total = acc[0]
+        for other in acc[1:]: total = self.binary(red.arg.op, self.acc_dtype(red), total, other)
+        return total
+
+    # ---- vector loads and stores ----
+    def vector_type(self, d: DType, n: int) -> str:
+        base = self.d.mem_type(d)
+        if self.d.name == "cuda":
+            base = {"long long": "longlong", "unsigned long long": "ulonglong"}.get(base, base)
+        return f"{base}{n}"
+
+    def vector_access(self, u: UOp) -> bool:
+        """Whether the lane access `u` (its arg is the lane RANGE) is one vector load or store."""
+        gated = len(u.src) > (3 if u.op is Ops.LOAD else 4)
+        size = u.src[0].dtype.itemsize
+        if gated or self.W not in ((2, 4) if self.d.name == "cuda" else (2, 4, 8, 16)): return False
+        if self.d.name == "opencl": return True  # (vloadn needs only the element's alignment)
+        parts, const = terms(u.src[1])
+        return self.W * size <= 16 and const % self.W == 0 and all(c % self.W == 0 for _, c in parts)
+
+    def lane_field(self, lane: int) -> str:
+        return "xyzw"[lane] if self.d.name == "cuda" else f"s{lane:x}"
+
+    def vector_load(self, u: UOp) -> None:
+        buf, index, t = self.value(u.src[0]), self.value(u.src[1]), self.vector_type(u.dtype, self.W)
+        raw = f"vload{self.W}(0, {buf} + {index})" if self.d.name == "opencl" else f"*((const {t}*)({buf} + {index}))"
+        name = self.fresh()
+        self.emit(f"{t} {name} = {raw};")
+        self.names[u] = [f"{name}_{lane}" for lane in range(self.W)]
+        for lane, lane_name in enumerate(self.names[u]):
+            text = self.from_memory(f"{name}.{self.lane_field(lane)}", u.dtype)
+            self.emit(f"{self.d.c_type(u.dtype)} {lane_name} = {text};")
+
+    def vector_store(self, u: UOp) -> None:
+        buf, index, val = self.value(u.src[0]), self.value(u.src[1]), u.src[2]
+        parts = []
+        for self.lane in range(self.W):
+            parts.append(self.to_memory(self.value(val), val.dtype))
+        self.lane = None
+        if self.d.name == "opencl":
+            self.emit(f"vstore{self.W}(({self.vector_type(val.dtype, self.W)})({', '.join(parts)}), 0, "
+                      f"{buf} + {index});")
+        else:
+            t = self.vector_type(val.dtype, self.W)
+            self.emit(f"*(({t}*)({buf} + {index})) = make_{t}({', '.join(parts)});")
 
     def group_reduce(self, red: UOp) -> None:
         """The work-group's partials combined in a tree in local memory; every work item gets the total."""
@@ -274,8 +361,13 @@ class KernelRenderer:
     def round_to(self, text: str, d: DType) -> str:
         return f"round_f16({text})" if d == dtypes.float16 else f"round_bf16({text})"
 
+    def index(self, u: UOp) -> str:
+        """A load's or store's element index for the lane being rendered (a lane access: its first plus the lane)."""
+        index = self.value(u.src[1])
+        return f"({index} + {self.lane})" if u.arg is not None else index
+
     def load(self, u: UOp) -> str:
-        buf, index = self.value(u.src[0]), self.value(u.src[1])
+        buf, index = self.value(u.src[0]), self.index(u)
         raw = self.from_memory(f"{buf}[{index}]", u.dtype)
         if len(u.src) > 2: return f"({self.value(u.src[2])} ? {raw} : {self.const(0, u.dtype)})"
         return raw
@@ -293,8 +385,8 @@ class KernelRenderer:
         return text
 
     def store(self, u: UOp) -> None:
-        buf, index, val = u.src[0], u.src[1], u.src[2]
-        text = f"{self.value(buf)}[{self.value(index)}] = {self.to_memory(self.value(val), val.dtype)};"
+        buf, val = u.src[0], u.src[2]
+        text = f"{self.value(buf)}[{self.index(u)}] = {self.to_memory(self.value(val), val.dtype)};"
         gates = [self.value(u.src[3])] if len(u.src) > 3 else []
         if self.width and not self.locals & self.deps[u]: gates.append("lid == 0")  # (the same in the whole group)
         self.emit(f"if ({' && '.join(gates)}) {text}" if gates else text)
@@ -311,7 +403,10 @@ class KernelRenderer:
         if op is Ops.CMPNE: return f"({args[0]} != {args[1]})"
         if op in (Ops.AND, Ops.OR, Ops.XOR):
             return f"({args[0]} {dict(AND='&', OR='|', XOR='^')[op.name]} {args[1]})"
-        if op in (Ops.DIV, Ops.MOD) and not src.is_float: return self.divide(op, src, *args)
+        if op in (Ops.DIV, Ops.MOD) and not src.is_float:
+            if u.src[1].op is Ops.CONST and u.src[1].arg.value not in (0, -1) and not src.is_bool:
+                return f"({args[0]} {'/' if op is Ops.DIV else '%'} {args[1]})"  # (a divisor that cannot trap)
+            return self.divide(op, src, *args)
         if op in (Ops.SHL, Ops.SHR): return self.shift(op, src, *args)
         if op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.DIV, Ops.MOD): return self.binary(op, src, *args)
         raise UnsupportedError(f"{self.d.name} renderer: no rule for {op.name} ({u.dtype}) in kernel "
@@ -404,13 +499,7 @@ class TensorCoreRenderer(KernelRenderer):
 
     def __init__(self, kernel: Kernel, lines: Linear, dialect: Dialect):
         super().__init__(kernel, lines, dialect)
-        self.tile, self.count = tensor_core_tile(kernel), 0
-
-    def define(self, u: UOp, text: str, d: DType | None = None) -> str:
-        name = self.names[u] = f"v{self.count}"
-        self.count += 1
-        self.emit(f"{self.d.c_type(d or u.dtype)} {name} = {text};")
-        return name
+        self.tile = tensor_core_tile(kernel)
 
     def block(self, head: str, before: list[str], nodes: list[UOp], after=lambda: []) -> None:
         """`head { before; nodes (sources first); after() }`: the names made for the nodes stay in the block."""

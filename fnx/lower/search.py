@@ -27,17 +27,18 @@ _AMOUNTS = {"VECTORIZE": (4, 8, 16, 32), "UPCAST": (2, 3, 4, 6, 8), "UNROLL": (2
 
 def candidate_actions(k: Kernel, target: Target | None = None) -> list[Opt]:
     """Every action worth trying on kernel k (some may still fail to apply: those are skipped). A grid target
-    gets work-group actions (LOCAL, GROUP: powers of two up to its work-group size) instead of vector lanes,
-    packing and accumulation."""
+    gets work-group actions (LOCAL, GROUP: powers of two up to its work-group size) instead of packing and
+    accumulation, and vector lanes of 2 or 4 (its widest vector access is 16 bytes)."""
     n_out, axes = len(k.ranges), k.ranges + k.reduce_ranges
     grid = target is not None and target.grid
     widths = [w for w in (4, 8, 16, 32, 64, 128, 256) if grid and w <= target.local_size]
     acts: list[Opt] = []
     for i, r in enumerate(axes):
         out = i < n_out
-        for op in ("UPCAST", "UNROLL", "SPLIT") if grid else ("VECTORIZE", "UPCAST", "UNROLL", "SPLIT"):
+        for op in ("VECTORIZE", "UPCAST", "UNROLL", "SPLIT"):
             if op == "UPCAST" and not out or op == "UNROLL" and out: continue
-            acts += [Opt(op, i, a) for a in _AMOUNTS[op] if a <= r.arg.size]
+            amounts = (2, 4) if grid and op == "VECTORIZE" else _AMOUNTS[op]
+            acts += [Opt(op, i, a) for a in amounts if a <= r.arg.size]
         acts += [Opt("LOCAL" if out else "GROUP", i, w) for w in widths if w < 2 * r.arg.size]
         if out: acts.append(Opt("THREAD", i))
         if out and not k.opts and not grid: acts += [Opt("PACK", i, a) for a in (16, 32) if a <= r.arg.size]

@@ -152,15 +152,17 @@ def test_the_cpu_renderer_refuses_work_groups():
 
 
 def test_beam_times_grid_schedules_on_the_device(monkeypatch):
-    """BEAM on opencl: the candidates include work-group actions (no vector lanes, packing or accumulation), each
-    timed on the device; the winner is no slower than the heuristic's schedule and computes the same values."""
+    """BEAM on opencl: the candidates include work-group actions and lanes of at most 4 (no packing or
+    accumulation), each timed on the device; the winner is no slower than the heuristic's schedule and computes
+    the same values."""
     from fnx.backends import grid_beam
     from fnx.lower import search
     monkeypatch.setattr(search, "MAX_DEPTH", 1)
     device = get_device("opencl:0")
     kernel = _kernel(lambda x: jnp.tanh(x).sum(axis=1), (6, 200))
     actions = {o.op for o in search.candidate_actions(kernel, device.target)}
-    assert {"LOCAL", "GROUP", "THREAD"} <= actions and not {"VECTORIZE", "PACK", "ACCUMULATE"} & actions
+    assert {"LOCAL", "GROUP", "THREAD", "VECTORIZE"} <= actions and not {"PACK", "ACCUMULATE"} & actions
+    assert {o.amount for o in search.candidate_actions(kernel, device.target) if o.op == "VECTORIZE"} == {2, 4}
     opts, best, heuristic = search.beam_search(kernel, device.target, 1, grid_beam.kernel_timers(device))
     assert best <= heuristic
     x = np.random.default_rng(5).standard_normal((6, 200)).astype(np.float32)
