@@ -278,7 +278,11 @@ class UOp:
     # ---- construction helpers (used by the lowering for scalar index arithmetic) ----
     @staticmethod
     def const(dtype: DType, value: Any, shape: Shape = ()) -> UOp:
-        return UOp(Ops.CONST, dtype, (), ConstArg(scalar_of(value, dtype), tuple(shape)))
+        if type(value) is int and not shape and (found := _int_consts.get((dtype, value))) is not None:
+            return found  # (index arithmetic makes tens of thousands of small integer constants a lowering)
+        u = UOp(Ops.CONST, dtype, (), ConstArg(scalar_of(value, dtype), tuple(shape)))
+        if type(value) is int and not shape and len(_int_consts) < INT_CONSTS: _int_consts[(dtype, value)] = u
+        return u
 
     def const_like(self, value: Any) -> UOp:
         return UOp.const(self.dtype, value, self.shape)
@@ -307,6 +311,8 @@ class UOp:
 
 
 _interned_refs = UOp._interned.data  # key -> weak reference (see UOp.__new__)
+INT_CONSTS = 1 << 14  # scalar integer constants UOp.const keeps alive and finds by (dtype, value)
+_int_consts: dict[tuple, UOp] = {}
 
 
 def _intern(key: tuple, u: UOp, interned=UOp._interned, ref=weakref.KeyedRef) -> None:

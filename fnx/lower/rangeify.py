@@ -128,10 +128,24 @@ def reshape_index(idx: tuple[UOp, ...], new_shape: tuple[int, ...], old_shape: t
     if tuple(s for s in new_shape if s != 1) == tuple(s for s in old_shape if s != 1):  # only size-1 axes change
         kept = iter(i for i, s in zip(idx, new_shape) if s != 1)
         return tuple(next(kept) if s != 1 else UOp.const(INDEX, 0) for s in old_shape)
-    flat = linear_index(idx, new_shape)
-    out = []
-    for s, st in zip(old_shape, strides_of(old_shape)):
-        out.append(UOp.const(INDEX, 0) if s == 1 else (flat // st) % s if st else flat % s)
+    if 0 in new_shape: return tuple(UOp.const(INDEX, 0) for _ in old_shape)  # (no elements: never computed)
+    out: list[UOp] = []
+    i = j = 0
+    while i < len(new_shape) or j < len(old_shape):
+        # the shortest runs of axes with equal sizes (merged, split or both): each run's old indices come from its
+        # new ones alone, without a flat index over the whole array to divide (fewer nodes to build and simplify)
+        i0, j0, n, o = i, j, 1, 1
+        if i < len(new_shape): n, i = new_shape[i], i + 1
+        if j < len(old_shape): o, j = old_shape[j], j + 1
+        while n != o:
+            if n < o and i < len(new_shape): n, i = n * new_shape[i], i + 1
+            elif j < len(old_shape): o, j = o * old_shape[j], j + 1
+            else: break
+        flat = linear_index(idx[i0:i], new_shape[i0:i]) if i - i0 > 1 else idx[i0] if i > i0 else None
+        for k, (size, st) in enumerate(zip(old_shape[j0:j], strides_of(old_shape[j0:j]))):
+            if size == 1 or flat is None: out.append(UOp.const(INDEX, 0))
+            elif k == 0: out.append(flat // st if st != 1 else flat)  # (the run's outermost axis: flat < sizes)
+            else: out.append((flat // st) % size if st != 1 else flat % size)
     return tuple(out)
 
 

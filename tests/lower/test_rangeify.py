@@ -560,3 +560,33 @@ def test_losers_match_the_pairwise_rule():
             for v in postorder(u, lambda n: n.src, stop)[:-1]:
                 if v in places: want.add(u if places[v] > places[u] else v)
         assert _losers(costly, places, stop) == want
+
+
+def _evaluate(u, env: dict) -> int:
+    """An index expression's value with RANGEs bound by `env` (Python's // and % equal the kernels' on these
+    non-negative values)."""
+    if u.op is Ops.CONST: return u.arg.value
+    if u.op is Ops.RANGE: return env[u]
+    a, b = (_evaluate(s, env) for s in u.src)
+    return {Ops.ADD: a + b, Ops.MUL: a * b, Ops.DIV: a // b if b else 0, Ops.MOD: a % b if b else a}[u.op]
+
+
+@given(st.lists(st.integers(1, 4), max_size=4), st.data())
+def test_reshape_index_finds_the_element_numpy_does(new_shape, data):
+    """The old shape's indices of each element of a reshape (rangeify reads through every RESHAPE with them):
+    any factorization of the same size, size-1 axes anywhere, merges and splits and both in one run of axes."""
+    from fnx.lower.rangeify import INDEX, reshape_index
+    from fnx.uop import RangeArg, UOp
+    size = int(np.prod(new_shape))
+    factors, rest = [], size
+    for p in (2, 3):
+        while rest % p == 0: factors.append(p); rest //= p
+    factors = data.draw(st.permutations(factors)) + [1] * data.draw(st.integers(0, 2))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(factors)), max_size=3)))
+    old_shape = tuple(int(np.prod(factors[a:b])) for a, b in zip([0] + cuts, cuts + [len(factors)]))
+    ranges = [UOp(Ops.RANGE, INDEX, (), RangeArg(k, s)) for k, s in enumerate(new_shape)]
+    index = reshape_index(tuple(ranges), tuple(new_shape), old_shape)
+    for point in np.ndindex(*new_shape):
+        flat = int(np.ravel_multi_index(point, new_shape)) if new_shape else 0
+        want = tuple(int(w) for w in np.unravel_index(flat, old_shape)) if old_shape else ()
+        assert tuple(_evaluate(i, dict(zip(ranges, point))) for i in index) == want, (new_shape, old_shape, point)
