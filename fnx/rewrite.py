@@ -105,7 +105,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp
 
 def _toposort_new(root: UOp, memo: dict[UOp, UOp]) -> list[UOp]:
     """The nodes under `root` not yet in `memo`, sources first; does not descend below memoized nodes."""
-    return postorder(root, lambda u: u.src, memo)
+    return postorder(root, None, memo)
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None = None) -> UOp:

@@ -249,7 +249,7 @@ class UOp:
     @cached_property
     def toposort(self) -> list[UOp]:
         """Every node reachable from this one, sources before users (iterative: graphs can be deep)."""
-        return postorder(self, lambda u: u.src)
+        return postorder(self)
 
     @property
     def operands(self) -> tuple[UOp, ...]:
@@ -326,20 +326,23 @@ def with_src(u: UOp, src: tuple[UOp, ...]) -> UOp:
     return u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg)
 
 
-def postorder(root: UOp, children, stop: set | dict = frozenset()) -> list[UOp]:
-    """The nodes under `root` (not below those in `stop`), each after its `children(node)`; iterative."""
+def postorder(root: UOp, children=None, stop: set | dict = frozenset()) -> list[UOp]:
+    """The nodes under `root` (not below those in `stop`), each after its `children(node)` (its sources when None);
+    iterative."""
     order: list[UOp] = []
     seen: set[UOp] = set()  # (`stop` is looked into, not copied: graph_rewrite passes its whole memo each call)
     stack: list[tuple[UOp, bool]] = [(root, False)]
+    pop, push, visit, emit = stack.pop, stack.append, seen.add, order.append  # (the lowering's hottest loop)
     while stack:
-        u, expanded = stack.pop()
+        u, expanded = pop()
         if expanded:
-            order.append(u)
+            emit(u)
             continue
         if u in seen or u in stop: continue
-        seen.add(u)
-        stack.append((u, True))
-        stack.extend((s, False) for s in reversed(children(u)) if s not in seen and s not in stop)
+        visit(u)
+        push((u, True))
+        for s in reversed(u.src if children is None else children(u)):
+            if s not in seen and s not in stop: push((s, False))
     return order
 
 
@@ -489,13 +492,21 @@ def _movement_shape(op: Ops, x: UOp, arg: Any) -> Shape:
     return shape  # FLIP: arg is one bool per axis
 
 
+_CHECKED = frozenset({Ops.WHERE, Ops.CAST, Ops.BITCAST, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR, Ops.RECIP,
+                      Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN})  # ops with rules beyond equal operand dtypes
+
+
 def _alu_shape(u: UOp) -> Shape:
     op, src = u.op, u.src
-    if any(s.shape != src[0].shape for s in src):
-        raise _fail(op, "elementwise operands must have equal shapes (broadcast first)", *src)
-    if op not in GroupOp.ComplexSafe and any(s.dtype.is_complex for s in (u, *src)):
+    shape, first = src[0].shape, src[0].dtype
+    for s in src:  # (plain loops and identity tests first: every node of every kernel graph comes through here)
+        if s.shape != shape: raise _fail(op, "elementwise operands must have equal shapes (broadcast first)", *src)
+    if (u.dtype.kind == "c" or any(s.dtype.kind == "c" for s in src)) and op not in GroupOp.ComplexSafe:
         raise _fail(op, "is not defined on complex values (fnx computes them on their real and imaginary parts)",
                     *src)
+    if op not in _CHECKED and all(s.dtype is first for s in src) and u.dtype is (
+            dtypes.bool_ if op in GroupOp.Comparison else first):
+        return shape
     if op is Ops.WHERE:
         if not src[0].dtype.is_bool or src[1].dtype != src[2].dtype or u.dtype != src[1].dtype:
             raise _fail(op, "needs a bool condition and two branches of the result's dtype", *src)

@@ -552,7 +552,7 @@ class TensorCoreRenderer(KernelRenderer):
             emit(f"{i64} at = {start} * {rows} + i, kk = k0 + j;")
             emit("float v = 0.0f;")
             self.block(f"if (at < {size} && kk < {size_k})", self.unflatten("at", ranges) + self.unflatten("kk", t.k),
-                       postorder(operand, lambda u: u.src), lambda operand=operand: [f"v = {self.value(operand)};"])
+                       postorder(operand), lambda operand=operand: [f"v = {self.value(operand)};"])
             emit(f"({halves}{tile})[i * {_LD} + j] = {self.to_memory('v', t.dtype)};")  # (k: j)
             self.depth -= 1
             emit("}")
@@ -581,7 +581,7 @@ class TensorCoreRenderer(KernelRenderer):
         emit(d.barrier)
         self.depth -= 1
         emit("}")
-        epilogue = postorder(k.sink, lambda u: u.src, {t.reduce})
+        epilogue = postorder(k.sink, None, {t.reduce})
         unroll()
         emit("for (int i = 0; i < 32; i++) {")
         self.depth += 1

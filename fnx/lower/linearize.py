@@ -28,13 +28,19 @@ def range_deps(sink: UOp, pinned: frozenset = frozenset()) -> dict[UOp, frozense
     LOAD/STORE of consecutive lanes depends on the lane range in its arg). A LOAD of a buffer the kernel writes
     also depends on the `pinned` ranges: it must not be hoisted above the previous iteration's store."""
     deps: dict[UOp, frozenset] = {}
+    stored = {st.src[0] for st in sink.src if st.src} if pinned else set()
+    none = frozenset()
     for u in sink.toposort:
-        if u.op is Ops.RANGE: deps[u] = frozenset((u,))
-        elif u.op is Ops.LOAD and pinned and any(u.src[0] is st.src[0] for st in sink.src):
-            deps[u] = frozenset().union(*(deps[s] for s in u.src)) | pinned
-        elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]] - set(u.src[1:])
-        else: deps[u] = frozenset().union(*(deps[s] for s in u.src))
-        if u.op in (Ops.LOAD, Ops.STORE) and u.arg is not None: deps[u] = deps[u] | {u.arg}
+        op, src = u.op, u.src
+        if op is Ops.RANGE: d = frozenset((u,))
+        elif op is Ops.REDUCE: d = deps[src[0]] - set(src[1:])
+        else:
+            d = deps[src[0]] if src else none
+            for s in src[1:]:  # (most nodes add nothing to their first source's ranges: no new set)
+                if (e := deps[s]) is not d and not e <= d: d = d | e
+            if op is Ops.LOAD and src[0] in stored: d = d | pinned
+        if u.arg is not None and op in (Ops.LOAD, Ops.STORE): d = d | {u.arg}
+        deps[u] = d
     return deps
 
 
