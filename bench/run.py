@@ -643,9 +643,11 @@ def _time_cell(seconds: float, base: float | None) -> str:
 def markdown(rows: list[dict], header: str) -> str:
     """A README table: one line per (workload, description), fnx | numpy | JAX times (ratio other/fnx), notes."""
     lines = [header, "", "| workload | fnx | numpy | JAX | notes |", "|---|---|---|---|---|"]
-    groups: dict[tuple[str, str], dict[str, dict]] = {}
-    for row in rows: groups.setdefault((row["workload"], row["description"]), {})[row["implementation"]] = row
-    for (workload, description), impls in groups.items():
+    groups: dict[tuple[str, str, str], dict[str, dict]] = {}  # (one line per device fnx ran on: --devices)
+    for row in rows:
+        key = (row["workload"], row["description"], row.get("device", "cpu"))
+        groups.setdefault(key, {})[row["implementation"]] = row
+    for (workload, description, device), impls in groups.items():
         base = impls["fnx"]["seconds"]
         cells = [_time_cell(impls[i]["seconds"], None if i == "fnx" else base) if i in impls else ""
                  for i in ("fnx", "numpy", "jax")]
@@ -653,7 +655,8 @@ def markdown(rows: list[dict], header: str) -> str:
         note = (f"fnx {fnx_row['GB/s']:.1f} GB/s ({fnx_row['fraction_of_bandwidth']:.0%} of measured bandwidth)"
                 if "GB/s" in fnx_row else f"fnx {fnx_row['GFLOP/s']:.1f} GFLOP/s ({fnx_row['fraction_of_peak']:.0%} of "
                 "estimated peak)" if "GFLOP/s" in fnx_row else fnx_row.get("note", ""))
-        lines.append(f"| {workload} {description} | " + " | ".join(cells) + f" | {note} |")
+        where = "" if device == "cpu" else f" on {device}"
+        lines.append(f"| {workload} {description}{where} | " + " | ".join(cells) + f" | {note} |")
     return "\n".join(lines)
 
 
