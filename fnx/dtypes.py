@@ -40,6 +40,9 @@ __all__ = [
 ]
 
 
+_interned: dict[tuple, DType] = {}
+
+
 @dataclass(frozen=True, eq=True)
 class DType:
     """An fnx element type.
@@ -54,8 +57,18 @@ class DType:
     itemsize: int
     kind: str
 
-    def __hash__(self) -> int:  # names are unique; hashing one string keeps dict lookups on hot paths cheap
-        return hash(self.name)
+    # one object per (name, itemsize, kind): DType(...) gives back the one made first, and so do copies and
+    # unpickling (__reduce__). Equal dtypes are then one object and hashing is identity's, in C: every hash-consed
+    # node's key holds a dtype (a Python __hash__ was a tenth of decoding a cached lowering)
+    def __new__(cls, name: str, itemsize: int, kind: str):
+        if (found := _interned.get((name, itemsize, kind))) is None:
+            found = _interned[(name, itemsize, kind)] = super().__new__(cls)
+        return found
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (DType, (self.name, self.itemsize, self.kind))
 
     def __repr__(self) -> str:
         return self.name
