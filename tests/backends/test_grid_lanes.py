@@ -195,3 +195,25 @@ def test_programs_with_lanes_on_gpu():
         args = _inputs(name)
         got, _ = _run_forced("cuda:0", name, args)
         _check(name, got, args)
+
+
+@opencl
+def test_lanes_from_several_threads_and_on_2_26_elements():
+    """What users do: one jitted light kernel called from four threads at once (each its own inputs), and 2^26
+    int8 elements (wrapping) under the device's real heuristic, which takes lanes there — against numpy, exact."""
+    import threading
+    f = fnx.jit(lambda x, y: x * 3 - y)
+    big = np.random.default_rng(7).integers(-128, 128, 1 << 26).astype(np.int8)
+    on_device = fnx.device_put(big, "opencl:0")
+    assert "vload4" in f.lower(on_device, on_device).as_text("source")
+    np.testing.assert_array_equal(np.asarray(f(on_device, on_device)), big * np.int8(3) - big)
+    inputs = [np.arange(1 << 16, dtype=np.float32) * (i + 1) for i in range(4)]
+    got: list = [None] * 4
+
+    def call(i):
+        x = fnx.device_put(inputs[i], "opencl:0")
+        got[i] = np.asarray(f(x, x))
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    for i in range(4): np.testing.assert_array_equal(got[i], inputs[i] * np.float32(3) - inputs[i])
