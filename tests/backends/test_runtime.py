@@ -433,3 +433,33 @@ def test_programs_compiled_on_several_llvm_threads_at_once():
         multiply = int(source.split("mul i64 %x, ")[1].split("\n")[0])
         function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address(name))
         assert function(5) == 5 * multiply
+
+
+def _trunc_div(a: np.ndarray, b: int) -> np.ndarray:
+    """a / b rounded toward zero, exactly (numpy's // rounds toward minus infinity)."""
+    q = np.floor_divide(a, b)
+    return np.where((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)), q + 1, q).astype(a.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32])
+def test_integer_division_by_constants(dtype):
+    """A constant divisor other than 0 and -1 divides without the zero/overflow guard, unsigned where the dividend
+    is never negative (an index): C-style div and rem, and numpy's floor_divide and remainder, of data with the
+    type's extremes and of an iota, against exact integer references."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    data = np.concatenate([[info.min, info.min + 1, info.max, 0, 1], rng.integers(info.min, info.max, 300,
+                                                                                   endpoint=True)]).astype(dtype)
+    divisors = [1, 2, 3, 7, 64, 100] + ([-2, -3, -64] if info.min < 0 else [])
+    for c in divisors:
+        c = int(np.array(c).astype(dtype))
+        got = fnx.jit(lambda x: (fnx.lax.div(x, dtype(c)), fnx.lax.rem(x, dtype(c)), x // dtype(c),
+                                 x % dtype(c)))(data)
+        q = _trunc_div(data, c)
+        want = (q, (data - q * dtype(c)).astype(dtype), np.floor_divide(data, dtype(c)), np.remainder(data, dtype(c)))
+        for g, w in zip(got, want): np.testing.assert_array_equal(np.asarray(g), w, err_msg=f"{dtype} by {c}")
+    index = fnx.jit(lambda x: (jnp.arange(1000, dtype=jnp.int32) // 7 + x, jnp.arange(1000) % 64 + x))
+    assert "udiv" in index.lower(np.int32(1)).as_text("llvm")
+    i, j = index(np.int32(1))
+    np.testing.assert_array_equal(np.asarray(i), np.arange(1000) // 7 + 1)
+    np.testing.assert_array_equal(np.asarray(j), np.arange(1000) % 64 + 1)
