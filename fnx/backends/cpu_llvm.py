@@ -155,33 +155,48 @@ class LLVMCompiler:
         return engine, module
 
     def assembly(self, modules: list) -> str:
-        return _llvm_thread.submit(lambda: "\n".join(self._machine.emit_assembly(m) for m in modules)).result()
+        """The assembly of compiled modules; a module linked from the disk cache is its IR source (it was never
+        parsed), compiled again here as it was the first time."""
+        def text(module) -> str:
+            if isinstance(module, str):
+                module = self._optimized(self.llvm.parse_assembly(module, self.llvm.create_context()))
+            return self._machine.emit_assembly(module)
+        return _llvm_thread.submit(lambda: "\n".join(text(m) for m in modules)).result()
+
+    def _optimized(self, module):
+        """`module` through LLVM's optimizer (outside llvmlite's lock: see `_unlocked`)."""
+        llvm = self.llvm
+        # vectors are explicit in the IR (the optimizer's lanes): LLVM's loop vectorizer is not needed, and O2
+        # compiles about 15% faster than O3 with no measured loss; SLP still packs unrolled scalar code
+        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+        tuning.loop_vectorization, tuning.slp_vectorization = False, True
+        builder = llvm.create_pass_builder(self._machine, tuning)
+        _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+        return module
 
     def _compile(self, source: str) -> tuple:
-        """(engine, module, whether the object code came from the disk cache)."""
+        """(engine, module, whether the object code came from the disk cache). Object code found in the cache is
+        linked as it is: its IR is not even parsed (parsing was most of a warm module's cost), and the module
+        handed back is then the IR source."""
         self._ready.result()
         llvm = self.llvm
-        module = llvm.parse_assembly(source, llvm.create_context())
-        module.verify()
         key = self._cache.key(source)
         obj = self._cache.load(key)
         hit = obj is not None
         if hit:
             self._cache.hits += 1
+            module = source
         else:
             self._cache.misses += 1
-            # vectors are explicit in the IR (the optimizer's lanes): LLVM's loop vectorizer is not needed, and O2
-            # compiles about 15% faster than O3 with no measured loss; SLP still packs unrolled scalar code
-            tuning = llvm.create_pipeline_tuning_options(speed_level=2)
-            tuning.loop_vectorization, tuning.slp_vectorization = False, True
-            builder = llvm.create_pass_builder(self._machine, tuning)
-            _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
-            obj = _object_code(self._machine, module)
+            module = llvm.parse_assembly(source, llvm.create_context())
+            module.verify()
+            obj = _object_code(self._machine, self._optimized(module))
             self._cache.store(key, obj)
-        # the engine links the object code (MCJIT takes it from the object cache instead of generating it); it owns
-        # the target machine it is given and destroys it with itself: give each its own
-        engine = llvm.create_mcjit_compiler(module, self.llvm_target.create_target_machine(**self.machine_options))
-        engine.set_object_cache(getbuffer_func=lambda _: obj)
+        # the engine only links the object code (into an empty module of its own); it owns the target machine it
+        # is given and destroys it with itself: give each its own
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly("", llvm.create_context()),
+                                            self.llvm_target.create_target_machine(**self.machine_options))
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return engine, module, hit
 

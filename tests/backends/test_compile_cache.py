@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+
 PROGRAM = """
 import json
 import numpy as np, fnx, fnx.numpy as jnp
@@ -27,7 +29,6 @@ def run(cache_dir: str) -> tuple[list, int, int]:
 
 
 def test_warm_process_skips_llvm_and_gets_the_same_result(tmp_path):
-    import numpy as np
     x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
     want = np.tanh(x @ x.T).sum(-1)
     cold, hits, misses = run(str(tmp_path))
@@ -91,3 +92,33 @@ def test_beam_entry_under_another_kernels_name_is_ignored(tmp_path, monkeypatch)
     assert search._load("a" * 64) == [Opt("UPCAST", 0, 4)]
     os.replace(search._cache_path("a" * 64), search._cache_path("b" * 64))
     assert search._load("b" * 64) is None
+
+
+ASM_PROGRAM = """
+import hashlib, numpy as np, fnx, fnx.numpy as jnp
+from fnx.backends import cpu_llvm
+f = fnx.jit(lambda x, w: jnp.tanh(x @ w + 1.0).sum(0))
+x, w = np.ones((64, 48), np.float32) / 7, np.ones((48, 40), np.float32) / 5
+lowered = f.lower(x, w)
+asm = lowered.as_text("asm")
+assert all(k.name in asm for k, lines in lowered.executable.lowering.kernels if lines is not None)
+print(float(np.asarray(lowered.compile()(x, w)).sum()), hashlib.sha256(asm.encode()).hexdigest())
+cache = cpu_llvm._compiler().cache
+print(cache.hits, cache.misses)
+"""
+
+
+def test_warm_process_links_cached_code_and_shows_the_same_assembly(tmp_path):
+    """A warm process links the cached object code without parsing its IR; asked for the assembly, it compiles
+    the IR again and shows what the cold process compiled, and the results agree."""
+    env = dict(os.environ, FNX_CACHE_DIR=str(tmp_path))
+    outs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", ASM_PROGRAM], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        outs.append(out.stdout.split())
+    (cold_sum, cold_asm, cold_hits, _), (warm_sum, warm_asm, warm_hits, warm_misses) = outs
+    want = 40 * np.tanh(48 / 35 + 1.0) * 64
+    assert abs(float(cold_sum) - want) < 1e-3 * want and cold_sum == warm_sum
+    assert cold_hits == "0" and int(warm_hits) >= 1 and warm_misses == "0"
+    assert warm_asm == cold_asm
