@@ -33,13 +33,17 @@ from functools import cached_property
 
 from fnx import dtypes
 from fnx.dtypes import DType
-from fnx.lower.cost import _ranges_in, element_flops, kernel_bytes, kernel_flops, recompute_costs_more
+from fnx.lower.cost import _ranges_in, element_flops, kernel_bytes, kernel_flops, op_flops, recompute_costs_more
 from fnx.lower.symbolic import simplify_kernel
 from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp, postorder
 
 INDEX = dtypes.int64
 CHEAP_FLOPS = 3               # a kept value this cheap to recompute is fused again where that saves a kernel
 FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its consumer: it should still be in cache
+HEAVY_EPILOGUE = 20           # weighted ops an element from which a matmul's elementwise epilogue is a kernel of its
+                              # own: applied to a register block's accumulators, a transcendental's temporaries
+                              # spill (AVX2 has 16 registers, 12 of them accumulators); the W8 RNN cell
+                              # tanh(h @ wh + x @ wx) on the AVX2 EPYC: fused 4.2 us a step, apart 3.x us
 
 
 @dataclass
@@ -329,7 +333,16 @@ class KernelBuilder:
         if _is_matmul_like(out) and (not _one_element_per_iteration(u, idx)
                                      or any(r in self.reduce_ranges for i in idx for r in _ranges_in(i))):
             raise _Realize(u)  # a matmul fuses only into an elementwise epilogue, never into another reduction
+        if _is_matmul_like(out) and self.root is not None and self._root_flops(HEAVY_EPILOGUE) > HEAVY_EPILOGUE:
+            raise _Realize(u)  # ... and only into a light one
         return out
+
+    def _root_flops(self, limit: float) -> float:
+        """Weighted ops an element of the kernel's root (itself realized: the walk starts at its sources), reduced
+        values not counted; above `limit` it may stop counting."""
+        walked: set[UOp] = set()
+        return op_flops(self.root.op) + sum(element_flops(s, self.schedule.realized, limit, walked)
+                                            for s in self.root.src)
 
     def _pad(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
         x, valid, inner = u.src[0], None, []

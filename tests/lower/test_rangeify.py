@@ -337,6 +337,31 @@ def test_matmul_fuses_only_into_an_elementwise_epilogue():
     check(f, a, b, want=np.maximum(ab, 0) + ab.sum(axis=1, keepdims=True))
 
 
+def test_matmul_keeps_a_buffer_before_a_heavy_epilogue():
+    """tanh(a @ b + c @ d) (the RNN cell): applied to the accumulators of a register block, tanh's temporaries
+    would spill; the products keep buffers and tanh runs as a kernel of its own. A light epilogue (bias, relu)
+    stays fused, and the values are the same either way."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32) / 8
+    c, d = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32) / 8
+    cell = lambda a, b, c, d: jnp.tanh(a @ b + c @ d)  # noqa: E731
+    kernels = kernels_of(cell, a, b, c, d)
+    assert [ops_in(k).count(Ops.REDUCE) for k in kernels] == [1, 1, 0]
+    want = np.tanh(a.astype(np.float64) @ b + c.astype(np.float64) @ d)
+    check(cell, a, b, c, d, want=want)
+    np.testing.assert_allclose(np.asarray(fnx.jit(lambda h, xs: lax.scan(
+        lambda h, x: (cell(h, b, x, d), None), h, xs)[0])(a, np.stack([c, -c, c]))),
+        _numpy_cell(a, b, [c, -c, c], d), rtol=2e-5, atol=2e-6)
+    light = lambda a, b, c, d: jnp.maximum(a @ b + c @ d, 0.0)  # noqa: E731
+    assert len(kernels_of(light, a, b, c, d)) == 1
+    check(light, a, b, c, d, want=np.maximum(a.astype(np.float64) @ b + c.astype(np.float64) @ d, 0))
+
+
+def _numpy_cell(h, b, xs, d):
+    for x in xs: h = np.tanh(h.astype(np.float64) @ b + x.astype(np.float64) @ d)
+    return h
+
+
 def test_reduce_that_varies_along_an_inner_loop_keeps_its_kernel():
     """x - x.mean(axis=0): fused, the column mean would be recomputed for every row."""
     x = np.random.default_rng(8).standard_normal((64, 48)).astype(np.float32)
