@@ -259,7 +259,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     fn, complex_inputs, complex_outputs = split_complex(fn)  # (the kernels compute on float pairs)
     split["callify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
-        schedule = rangeify(fn, narrow=target.grid)
+        schedule = rangeify(fn, grid=target.grid)
     complex_buffers(schedule, complex_inputs, complex_outputs)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []

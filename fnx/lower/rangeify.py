@@ -43,7 +43,7 @@ FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its cons
 HEAVY_EPILOGUE = 20           # weighted ops an element from which a matmul's elementwise epilogue is a kernel of its
                               # own: applied to a register block's accumulators, a transcendental's temporaries
                               # spill (AVX2 has 16 registers, 12 of them accumulators); the W8 RNN cell
-                              # tanh(h @ wh + x @ wx) on the AVX2 EPYC: fused 4.2 us a step, apart 3.x us
+                              # tanh(h @ wh + x @ wx) on the AVX2 EPYC: fused 4.2 us a step, apart 3.2 us
 
 
 @dataclass
@@ -172,7 +172,8 @@ class _Plan:
     every fused value it computed (the loop nests computing it)."""
     keep: set[UOp] = field(default_factory=set)
     stash: set[UOp] = field(default_factory=set)
-    narrow: bool = False  # give widened 16-bit values their buffer in the narrow type (_narrowest)
+    grid: bool = False  # a grid device: widened 16-bit values get their buffer in the narrow type (_narrowest),
+                        # and a matmul keeps even a heavy epilogue (no register block of accumulators to spill)
     computed_in: dict[UOp, set[_Nest]] = field(default_factory=dict)
 
 
@@ -333,8 +334,9 @@ class KernelBuilder:
         if _is_matmul_like(out) and (not _one_element_per_iteration(u, idx)
                                      or any(r in self.reduce_ranges for i in idx for r in _ranges_in(i))):
             raise _Realize(u)  # a matmul fuses only into an elementwise epilogue, never into another reduction
-        if _is_matmul_like(out) and self.root is not None and self._root_flops(HEAVY_EPILOGUE) > HEAVY_EPILOGUE:
-            raise _Realize(u)  # ... and only into a light one
+        if (_is_matmul_like(out) and not self.plan.grid and self.root is not None
+                and self._root_flops(HEAVY_EPILOGUE) > HEAVY_EPILOGUE):
+            raise _Realize(u)  # ... and on the CPU only into a light one
         return out
 
     def _root_flops(self, limit: float) -> float:
@@ -619,7 +621,7 @@ def _recomputed(plan: _Plan, realized: dict[UOp, int]) -> set[UOp]:
                 cheap.add(u)
         losers = _losers(costly, places, stop)
         if not set(costly) - losers: return chosen
-        added = {_narrowest(u, realized, plan.narrow) for u in set(costly) - losers}
+        added = {_narrowest(u, realized, plan.grid) for u in set(costly) - losers}
         chosen |= added
 
 
@@ -671,25 +673,26 @@ def _postorder_all(roots: list[UOp], stop: set) -> list[UOp]:
     return order
 
 
-def rangeify(fn: UOp, narrow: bool = False) -> Schedule:
+def rangeify(fn: UOp, grid: bool = False) -> Schedule:
     """Split FUNCTION `fn` (over PARAMs) into kernels; see the module docstring.
 
     Args:
       fn: a FUNCTION whose body is a TUPLE of outputs over PARAMs (after callify).
-      narrow: realize widened 16-bit values in their narrow type (grid devices: `_narrowest`).
+      grid: lower for a grid device (OpenCL, CUDA): widened 16-bit values are realized in their narrow type
+        (`_narrowest`), and heavy matmul epilogues stay fused.
     Returns:
       the Schedule: kernels in run order, the buffers they use and the buffer of each output.
 
     Example: `rangeify(callify(fnx.make_graph(fnx.nn.softmax)(x).fn)).kernels` for a 2-d x is two kernels, each
     with its reduction fused in: exp(x - max) and its division by the row sums.
     """
-    plan, built = _Plan(narrow=narrow), {}
+    plan, built = _Plan(grid=grid), {}
     while True:
         schedule = _split(fn, plan, built)
         more = _recomputed(plan, schedule.realized)
         if not more: return _unkeep_cheap(fn, plan, schedule, built)
         stash = {u for u in more if u not in plan.stash and _stashable(u, plan.computed_in[u])}
-        plan = _Plan(plan.keep | (more - stash), plan.stash | stash, narrow)
+        plan = _Plan(plan.keep | (more - stash), plan.stash | stash, grid)
 
 
 def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Schedule:
@@ -702,7 +705,7 @@ def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Sche
     cheap = {u for u in plan.keep if u.op is not Ops.REDUCE and element_flops(u, realized - {u}, CHEAP_FLOPS)
              <= CHEAP_FLOPS}
     if not cheap: return schedule
-    trial_plan = _Plan(plan.keep - cheap, plan.stash, plan.narrow)
+    trial_plan = _Plan(plan.keep - cheap, plan.stash, plan.grid)
     trial = _split(fn, trial_plan, built)
     if _recomputed(trial_plan, trial.realized) or len(trial.kernels) >= len(schedule.kernels): return schedule
     return trial
@@ -757,7 +760,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()
-            pending[:0] = [_narrowest(need.node, schedule.realized, plan.narrow), u]  # realize it first, then retry
+            pending[:0] = [_narrowest(need.node, schedule.realized, plan.grid), u]  # realize it first, then retry
             continue
         schedule.kernels.extend(kernels)
         done.add(u)

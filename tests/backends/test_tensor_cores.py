@@ -99,7 +99,7 @@ def _run_forced(device_name, fn, args):
 
 
 def _kernels(fn, *args):
-    return rangeify(callify(fnx.jit(fn).lower(*args).traced.fn), narrow=True).kernels  # (as grid devices do)
+    return rangeify(callify(fnx.jit(fn).lower(*args).traced.fn), grid=True).kernels  # (as grid devices do)
 
 
 # ---- which kernels qualify ----
@@ -125,10 +125,10 @@ def test_widened_values_get_narrow_buffers_on_grid_devices_only():
     cores read); the CPU keeps the float32 it widens to, which its matmul reads without converting per element."""
     fn, _, shapes, _ = PROGRAMS["computed_operand"]
     traced = callify(fnx.jit(fn).lower(*_inputs(shapes, F16, 0)).traced.fn)
-    for narrow, dtype in ((True, "float16"), (False, "float32")):
-        schedule = rangeify(traced, narrow=narrow)
+    for grid, dtype in ((True, "float16"), (False, "float32")):
+        schedule = rangeify(traced, grid=grid)
         kinds = [b.dtype.name for b in schedule.buffers if b.kind == "intermediate"]
-        assert kinds == [dtype], (narrow, kinds)
+        assert kinds == [dtype], (grid, kinds)
 
 
 def test_tc_is_the_only_action_of_its_kernel():

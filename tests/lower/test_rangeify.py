@@ -339,14 +339,17 @@ def test_matmul_fuses_only_into_an_elementwise_epilogue():
 
 def test_matmul_keeps_a_buffer_before_a_heavy_epilogue():
     """tanh(a @ b + c @ d) (the RNN cell): applied to the accumulators of a register block, tanh's temporaries
-    would spill; the products keep buffers and tanh runs as a kernel of its own. A light epilogue (bias, relu)
-    stays fused, and the values are the same either way."""
+    would spill; on the CPU the products keep buffers and tanh runs as a kernel of its own. A light epilogue (bias,
+    relu) stays fused, and the values are the same either way."""
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32) / 8
     c, d = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32) / 8
     cell = lambda a, b, c, d: jnp.tanh(a @ b + c @ d)  # noqa: E731
     kernels = kernels_of(cell, a, b, c, d)
     assert [ops_in(k).count(Ops.REDUCE) for k in kernels] == [1, 1, 0]
+    with fnx.default_device("cpu"):  # a grid device has no register block to spill: there it stays one kernel
+        [fused] = rangeify(callify(fnx.make_graph(cell)(a, b, c, d).fn), grid=True).kernels
+    assert ops_in(fused).count(Ops.REDUCE) == 2
     want = np.tanh(a.astype(np.float64) @ b + c.astype(np.float64) @ d)
     check(cell, a, b, c, d, want=want)
     np.testing.assert_allclose(np.asarray(fnx.jit(lambda h, xs: lax.scan(
