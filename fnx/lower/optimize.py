@@ -591,8 +591,10 @@ ACC_K = 256          # the k-slab when accumulating in the output
 CACHE_LINE = 64      # bytes: x86 and most ARM cores (Apple's are 128; the rule using it is then only cautious)
 MAX_BLOCK_ROWS = 12  # rows of a register block (_block_rows)
 MAX_ACCUMULATORS = 16  # vector accumulators of a register block: half of AVX-512's registers
-PACK_REUSE = 512     # rows that read B's panels: from here packing B costs under ~10% of the matmul and wins
-                     # 15-100% (measured at 512..4096: 250-350 vs 120-290 GFLOP/s); at 256 rows it loses
+PACK_PASSES = 40     # register blocks of rows, each reading all of B, from which B is packed into panels first: the
+                     # copy is then a small part of the matmul (AVX-512 Xeon, 8-row blocks: 512..4096 rows won 15-100%,
+                     # 256 rows, 32 passes, lost; AVX2 EPYC, 6-row blocks: 256 rows, 43 passes, won: the W4 step 3.12 ->
+                     # 3.04 ms, W12 25.3 -> 24.3 ms)
 PACK_A_REUSE = 8     # column blocks that read A's k-slab again: from here A is packed too, a register block's rows
                      # interleaved ([rows / R][k][R]: one stream instead of R rows a row stride apart); on the AVX2
                      # EPYC 4096² (16 blocks) went 160 -> 178 GFLOP/s, 1024² (4 blocks) gained nothing net
@@ -617,11 +619,17 @@ def _transposed_operand(k: Kernel) -> UOp | None:
     return b
 
 
-def _pack_first(k: Kernel, opts: list[Opt], pack_always: bool) -> list[Opt]:
-    """`opts` with PACK of B in front when it applies and pays (see PACK_REUSE), in panels of the lanes."""
+def _packs_b(k: Kernel, target: Target) -> bool:
+    """Whether B is worth packing for matmul-like `k`: its rows make PACK_PASSES register blocks (of two vectors a
+    row) or more, each reading all of B."""
+    return _rows(k) >= PACK_PASSES * _block_rows(target, 2)
+
+
+def _pack_first(k: Kernel, target: Target, opts: list[Opt], pack_always: bool) -> list[Opt]:
+    """`opts` with PACK of B in front when it applies and pays (`_packs_b`), in panels of the lanes."""
     axis = len(k.ranges) - 1
     lanes = [o.amount for o in opts if o.op == "VECTORIZE"]  # a matmul's one: along B's output loop
-    if not lanes or not (pack_always or _rows(k) >= PACK_REUSE): return opts
+    if not lanes or not (pack_always or _packs_b(k, target)): return opts
     try:
         apply_opt(k, Opt("PACK", axis, lanes[0]))
     except OptError:
@@ -644,7 +652,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         plain = replace(k, sink=substitute(k.sink, {b: row_major}))
         opts = heuristic_opts(plain, target, packed=True)
         if any(o.op == "PACK" for o in opts): return opts
-        if (with_pack := _pack_first(k, opts, pack_always=True)) is not opts: return with_pack
+        if (with_pack := _pack_first(k, target, opts, pack_always=True)) is not opts: return with_pack
         opts = []
     stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's walk the reductions)
     w, lane_bytes = _lane_width(k, target), _lane_bytes(k)
@@ -690,7 +698,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # from contiguous panels (PACK) without k-slabs: the vectors a row that _block_cost finds cheapest (dW1 of
         # the W4 step: on AVX-512 four vectors x four rows, the step 2.11 -> 1.87 ms; on AVX2 two x six, 3.8 ->
         # 3.4 ms); with k-slabs four lose (1024² on AVX-512: 338 vs 351 GFLOP/s)
-        pack = packed or _rows(k) >= PACK_REUSE
+        pack = packed or _packs_b(k, target)
         if thread_axis and inner.arg.size % (2 * w) == 0: w *= 2
         elif (pack or slab <= target.l2_bytes // 2) and lane_bytes == 4 and n_out >= 2 and inner.arg.size % w == 0:
             # (B in L2 too: the W8 RNN cell's 16 x 64 product took 7.9 us a step in 8 x 1 blocks, 4.6 in 6 x 2)
@@ -715,7 +723,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 opts += [Opt("SPLIT", n_out - 1, block), Opt("SWAP", n_out - 2, n_out - 1)]
                 thread_axis = n_out - 1
                 pack_a = up if up > 1 and panels // block >= PACK_A_REUSE else 0
-        opts = _pack_first(k, opts, pack_always=packed)
+        opts = _pack_first(k, target, opts, pack_always=packed)
         if pack_a and opts[0].op == "PACK":
             try:
                 apply_opt(apply_opt(k, opts[0]), Opt("PACK", len(k.ranges) - 2, pack_a))

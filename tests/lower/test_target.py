@@ -207,3 +207,18 @@ def test_op_suite_under_the_target(name):
     assert verdict.strip() == "ok", verdict
     assert int(lanes) == max(4, target.vector_bytes // 4)  # the kernels were compiled for `name`
     assert int(widest) <= target.vector_bytes  # (so a host with just those registers runs them)
+
+
+@x86_only
+def test_b_is_packed_from_enough_register_blocks():
+    """B is packed into panels once its matmul's rows make PACK_PASSES register blocks that each read all of B:
+    256 rows are 43 blocks of AVX2's 6 rows (packed) but 32 of AVX-512's 8 (not); 512 rows are packed on both
+    (what the packed product computes is checked in tests/lower/test_optimize.py)."""
+    from fnx.lower.optimize import PACK_PASSES, _block_rows
+    for rows in (256, 512):
+        (kernel,) = _kernels(lambda a, b: a @ b, (rows, 784), (784, 512))
+        for name in ("x86-64-v3", "x86-64-v4"):
+            target = _level(name)
+            packs = any(o.op == "PACK" for o in heuristic_opts(kernel, target))
+            assert packs == (rows >= PACK_PASSES * _block_rows(target, 2)), (rows, name)
+            assert packs == (rows == 512 or name == "x86-64-v3"), (rows, name)
