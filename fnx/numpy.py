@@ -504,12 +504,19 @@ def _exp(x: Array, shift: int = 0) -> Array:
 
 def _exp_normal(y: Array) -> Array:
     """e^y for y whose result is a normal float (|y| below about 87 in float32, 708 in float64: the caller
-    clamps): one scaling by 2^n instead of the two that subnormal and overflowing results need."""
+    clamps): one scaling by 2^n instead of the two that subnormal and overflowing results need. 2^n comes from
+    the rounding sum t = y log2(e) + 1.5 * 2^mantissa itself: t's bits are those of 1.5 * 2^mantissa plus n, and
+    shifted into the exponent field the constant's bits fall off the top, so 2^n = bits(t) << mantissa plus the
+    bias's (two integer ops instead of a conversion, an add and a shift)."""
     dt = _dt(y)
     head, tail = _LN2_SPLIT[dt]
-    n = _round_to_integer(y * _LOG2E)
+    big = _ROUNDER[dt]
+    t = y * _LOG2E + big
+    n = t - big
     r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
-    return _exp_reduced(r) * _pow2(n, dt)
+    itype, mantissa, bias = (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
+    bits = lax.add(lax.shift_left(lax.bitcast_convert_type(t, itype), mantissa), bias << mantissa)
+    return _exp_reduced(r) * lax.bitcast_convert_type(bits, dt)
 
 
 _EXPM1_F32 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
@@ -783,9 +790,10 @@ _EXP_NORMAL_MIN = {dtypes.float32: -87.3, dtypes.float64: -708.3}  # below: e^x 
 
 
 def _exp_nonpositive_compute(x: Array) -> Array:
+    """e^x for x <= 0 (anything above is clamped to 0); below the normal range 0, whatever _exp_normal made of it
+    (it stays finite or NaN there, and no float traps)."""
     lo = _EXP_NORMAL_MIN[_dt(x)]
-    clamped = where(x < lo, _full(x, lo), where(x > 0, _full(x, 0.0), x))
-    return where(x < lo, _full(x, 0.0), _exp_normal(clamped))
+    return where(x < lo, _full(x, 0.0), _exp_normal(where(x > 0, _full(x, 0.0), x)))
 
 
 # e^x for x <= 0 (softmax and logsumexp after subtracting the maximum), with results below the normal range
