@@ -195,13 +195,45 @@ def _lt_const(x: UOp, c: UOp) -> UOp | None:
     return None
 
 
-def _canonical_sum(u: UOp) -> UOp | None:
-    """Merge like terms and constants of an ADD chain, so equal indices become the same node."""
+def _like_terms(u: UOp) -> tuple[dict[UOp, int], int]:
+    """An integer sum's terms with like terms merged {term: coefficient}, and its constant."""
     parts, constant = terms(u)
     merged: dict[UOp, int] = {}
     for t, c in parts: merged[t] = merged.get(t, 0) + c
-    out = build(u.dtype, sorted(merged.items(), key=lambda p: _order(p[0])), constant)
+    return merged, constant
+
+
+def _sorted_sum(dtype: dtypes.DType, merged: dict[UOp, int], constant: int) -> UOp:
+    return build(dtype, sorted(merged.items(), key=lambda p: _order(p[0])), constant)
+
+
+def _canonical_sum(u: UOp) -> UOp | None:
+    """Merge like terms and constants of an ADD chain, so equal indices become the same node."""
+    merged, constant = _like_terms(u)
+    _recombine(merged)
+    out = _sorted_sum(u.dtype, merged, constant)
     return out if out is not u else None
+
+
+def _recombine(merged: dict[UOp, int]) -> bool:
+    """In a sum's terms {term: coefficient}, b c (x // c) + b (x % c) becomes b x (C's division and remainder make
+    x = c (x // c) + x % c for every x). A reshape merged into a reduction's loop (the GPT step's (B, T) rows summed
+    in a weight gradient) left that pair in the inner loop. Whether any pair was found."""
+    quotients = {t.src: (t, c) for t, c in merged.items() if t.op is Ops.DIV and t.src[1].op is Ops.CONST and c}
+    found = False
+    for t, b in list(merged.items()):
+        if t.op is Ops.MOD and b and (q := quotients.get(t.src)) is not None and q[1] == b * t.src[1].arg.value:
+            del merged[t], merged[q[0]]
+            merged[t.src[0]] = merged.get(t.src[0], 0) + b
+            found = True
+    return found
+
+
+def _recombined(u: UOp) -> UOp | None:
+    """A sum of two terms (the chains are _canonical_sum's) with a quotient and remainder pair (`_recombine`)."""
+    if u.src[0].op is Ops.ADD: return None
+    merged, constant = _like_terms(u)
+    return _sorted_sum(u.dtype, merged, constant) if _recombine(merged) else None
 
 
 def _order(u: UOp) -> tuple:
@@ -283,6 +315,7 @@ index = PatternMatcher([
     (UPat(Ops.MOD, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, True)),
     (UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), _lt_const),
     (UPat(Ops.ADD, dtype=_INT, name="u", src=(UPat(Ops.ADD), UPat())), _canonical_sum),
+    (UPat(Ops.ADD, dtype=_INT, name="u"), _recombined),
     (UPat(Ops.MAX, dtype=_INT, src=(UPat.var("x"), UPat.cvar("c")), commutative=True),
      lambda x, c: x if x.bounds[0] >= c.arg.value else None),
     (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), UPat.var("a"), UPat.var("b"))),

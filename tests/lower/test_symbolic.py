@@ -427,3 +427,17 @@ def test_padded_pieces_of_a_reshaped_gradient_read_without_divisions():
         for ld in (u for u in kernel.sink.toposort if u.op is Ops.LOAD):
             divisions = [n for n in ld.src[1].toposort if n.op in (Ops.DIV, Ops.MOD)]
             assert not [n for n in divisions if loops & {r for r in n.toposort if r.op is Ops.RANGE}], kernel.name
+
+
+@given(st.integers(1, 9), st.integers(-3, 5), st.integers(-40, 40), st.integers(-3, 3))
+def test_quotient_and_remainder_recombine(c, b, shift, extra):
+    """b c (x // c) + b (x % c) is b x for C's truncating division, negative x included (x = r - shift); a pair
+    whose coefficients are not in that ratio stays as it is. Checked at every value of the range."""
+    r, s = rng(0, 60), rng(1, 3)
+    x = r + UOp.const(I64, -shift) + s * 7
+    pair = x // c * (b * c) + x % c * b + s * extra
+    simple = simplify_kernel(pair)
+    assert_same_everywhere(pair, simple, [r, s])
+    if b and c > 1: assert count(simple, {Ops.DIV, Ops.MOD}) == 0
+    odd = x // c * (b * c + 1) + x % c * b
+    assert_same_everywhere(odd, simplify_kernel(odd), [r, s])
