@@ -123,7 +123,8 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
             ranges = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
             return UOp(Ops.REDUCE, u.dtype, (x, *ranges), u.arg)
         out = with_src(u, src)
-        if valid is not None and u.op in (Ops.LOAD, Ops.STORE) and idx in out.src[1].toposort:
+        # (an index that reads a sum over r, not r itself, as a median's gather of its count, needs no mask)
+        if valid is not None and u.op in (Ops.LOAD, Ops.STORE) and inner in range_deps(out.src[1])[out.src[1]]:
             gate_at = 2 if u.op is Ops.LOAD else 3
             gate = out.src[gate_at] if len(out.src) > gate_at else None
             out = UOp(u.op, u.dtype, out.src[:gate_at] + (_and(gate, valid),), u.arg)

@@ -407,3 +407,16 @@ def test_separated_sums_from_several_threads_at_once():
     for (w, x, g), got in zip(cases, results):
         want = w.astype(np.float64) - 0.1 * (x.astype(np.float64).T @ g.astype(np.float64))
         for r in got: np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
+
+
+@pytest.mark.parametrize("n", [42, 17, 64])
+def test_gather_after_a_sum_split_into_masked_vectors(n):
+    """One kernel sums over x and then gathers at the sum (a median's count of its non-NaN values): vectors of 8
+    over the sum leave a masked remainder when 8 does not divide n; the gather reads the sum, not the loop, so
+    it runs once after the loop without the loop's mask. Against numpy, and with the plain schedule."""
+    x = RNG.standard_normal(n).astype(np.float32)
+    fn = fnx.jit(lambda x: x[jnp.sum(x > 0) // 2] * 2.0 + jnp.sum(x)).lower(jnp.asarray(x)).traced.fn
+    vectorized = lambda k, t: [Opt("VECTORIZE", 0, 8)] if k.reduce_ranges and not k.ranges else []  # noqa: E731
+    want = x[(x > 0).sum() // 2] * 2.0 + x.astype(np.float64).sum()
+    for choose in (lambda k, t: [], vectorized):
+        np.testing.assert_allclose(_run(fn, [x], choose)[0], want, rtol=1e-5)
