@@ -472,9 +472,14 @@ _LN2_SPLIT = {dtypes.float32: (0.693359375, -2.12194440e-4), dtypes.float64: (6.
 _EXP_LIMIT = {dtypes.float32: 104.0, dtypes.float64: 749.0}  # beyond these exp is 0 or inf; keeps 2**n in range
 
 
+def _exponent_field(dt: DType) -> tuple[DType, int, int]:
+    """(the integer type of float dtype `dt`'s bits, its mantissa bits, its exponent bias)."""
+    return (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
+
+
 def _pow2(n: Array, dt: DType) -> Array:
     """2 ** n for integral float n in the normal exponent range, built from the exponent bits (exact)."""
-    itype, mantissa, bias = (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
+    itype, mantissa, bias = _exponent_field(dt)
     bits = lax.shift_left(lax.add(lax._convert_in_range(n, itype), bias), mantissa)
     return lax.bitcast_convert_type(bits, dt)
 
@@ -514,7 +519,7 @@ def _exp_normal(y: Array) -> Array:
     t = y * _LOG2E + big
     n = t - big
     r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
-    itype, mantissa, bias = (dtypes.int32, 23, 127) if dt is dtypes.float32 else (dtypes.int64, 52, 1023)
+    itype, mantissa, bias = _exponent_field(dt)
     bits = lax.add(lax.shift_left(lax.bitcast_convert_type(t, itype), mantissa), bias << mantissa)
     return _exp_reduced(r) * lax.bitcast_convert_type(bits, dt)
 

@@ -264,8 +264,7 @@ class Renderer:
         if (u.op not in (Ops.DIV, Ops.MOD) or not d.is_int or c.op is not Ops.CONST or c.arg.shape
                 or c.arg.value in (0, -1)): return None
         unsigned = d.is_unsigned or (c.arg.value > 0 and u.src[0].bounds[0] >= 0)
-        kind = ("udiv" if unsigned else "sdiv") if u.op is Ops.DIV else ("urem" if unsigned else "srem")
-        return self.emit(f"{kind} {self.rt(d)} {self.value(u.src[0])}, {self.value(c)}")
+        return self.emit(f"{_division(u.op, unsigned)} {self.rt(d)} {self.value(u.src[0])}, {self.value(c)}")
 
     def pointer(self, buf: UOp, index: UOp, lanes: bool) -> str:
         """The address of element `index`, or a vector of addresses (one per lane) for a gather/scatter."""
@@ -431,8 +430,7 @@ class Renderer:
         if not d.is_unsigned:  # MIN / -1 overflows (and traps on x86): divide by 1 and negate instead
             minus_one = self.emit(f"icmp eq {t} {safe}, {self.c(-1, d)}")
             safe = self.emit(f"select {i1} {minus_one}, {t} {self.c(1, d)}, {t} {safe}")
-        kind = ("udiv" if d.is_unsigned else "sdiv") if op is Ops.DIV else ("urem" if d.is_unsigned else "srem")
-        out = self.emit(f"{kind} {t} {a}, {safe}")
+        out = self.emit(f"{_division(op, d.is_unsigned)} {t} {a}, {safe}")
         if not d.is_unsigned:
             fixed = self.emit(f"sub {t} {self.c(0, d)}, {out}") if op is Ops.DIV else self.c(0, d)
             out = self.emit(f"select {i1} {minus_one}, {t} {fixed}, {t} {out}")
@@ -508,6 +506,11 @@ class Renderer:
         if d == dtypes.bfloat16: return self.from_memory(a, d)
         if d.is_bool: return self.emit(f"icmp ne {self.vt('i8')} {a}, {self.c(0, dtypes.int8)}")
         return a if self.rt(d) == bits else self.emit(f"bitcast {bits} {a} to {self.rt(d)}")
+
+
+def _division(op: Ops, unsigned: bool) -> str:
+    """LLVM's instruction for integer DIV (toward zero) or MOD (the dividend's sign)."""
+    return ("udiv" if unsigned else "sdiv") if op is Ops.DIV else ("urem" if unsigned else "srem")
 
 
 def render_kernel(kernel: Kernel, lines: Linear) -> tuple[str, set[str]]:

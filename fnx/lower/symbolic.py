@@ -231,7 +231,8 @@ def _recombine(merged: dict[UOp, int]) -> bool:
 
 def _recombined(u: UOp) -> UOp | None:
     """A sum of two terms (the chains are _canonical_sum's) with a quotient and remainder pair (`_recombine`)."""
-    if u.src[0].op is Ops.ADD: return None
+    if u.src[0].op is Ops.ADD or not any(s.op is Ops.MOD or s.op is Ops.MUL and s.src[0].op is Ops.MOD for s in u.src):
+        return None  # (no remainder among the terms: most sums, left without walking them)
     merged, constant = _like_terms(u)
     return _sorted_sum(u.dtype, merged, constant) if _recombine(merged) else None
 

@@ -355,6 +355,16 @@ def test_matmul_keeps_a_buffer_before_a_heavy_epilogue():
     np.testing.assert_allclose(np.asarray(fnx.jit(lambda h, xs: lax.scan(
         lambda h, x: (cell(h, b, x, d), None), h, xs)[0])(a, np.stack([c, -c, c]))),
         _numpy_cell(a, b, [c, -c, c], d), rtol=2e-5, atol=2e-6)
+    import threading  # as users run it: jitted, called again from four threads at once, and in float16
+    jitted, results = fnx.jit(cell), []
+    threads = [threading.Thread(target=lambda: results.append(np.asarray(jitted(a, b, c, d)))) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    for got in results: np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    half = [v.astype(np.float16) for v in (a, b, c, d)]
+    np.testing.assert_allclose(np.asarray(jitted(*half)).astype(np.float64),
+                               np.tanh(half[0].astype(np.float64) @ half[1] + half[2].astype(np.float64) @ half[3]),
+                               rtol=0, atol=4e-3)
     light = lambda a, b, c, d: jnp.maximum(a @ b + c @ d, 0.0)  # noqa: E731
     assert len(kernels_of(light, a, b, c, d)) == 1
     check(light, a, b, c, d, want=np.maximum(a.astype(np.float64) @ b + c.astype(np.float64) @ d, 0))
