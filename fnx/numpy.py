@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from fnx import dtypes, lax
+from fnx.backends import dlpack
 from fnx import trace as _trace
 from fnx.dtypes import DType
 from fnx.errors import ConcretizationError, NonConcreteBooleanIndexError, ShapeError, UnsupportedError, at_user_line
@@ -97,15 +98,47 @@ def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | No
 
 
 def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
-    """An Array of the values of `x`, any object with `__dlpack__` in host memory (a numpy, torch or JAX CPU array,
-    another fnx Array), placed on `device` when given (else the default device). Always a copy: fnx owns its
-    buffers (docs/RUNTIME.md)."""
+    """An Array of the values of `x`, any object with `__dlpack__` (docs/RUNTIME.md), placed on `device` when
+    given (else where `x` is: a GPU's memory stays on that GPU, the rest goes to the default device).
+
+    A tensor in host memory (numpy, torch or JAX on the CPU) is copied: fnx owns its host buffers. A tensor on a
+    GPU that fnx runs (`cuda:N`; torch, CuPy, JAX on CUDA) is used in place, with no copy, unless `copy=True`:
+    the Array then shares memory with `x` (JAX's behaviour; writing to `x` later changes it). A strided one is
+    gathered into a new buffer on that GPU."""
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"from_dlpack: {type(x).__name__} has no __dlpack__ method")
-    out = array(np.from_dlpack(x))
+    kind, ordinal = x.__dlpack_device__() if hasattr(x, "__dlpack_device__") else (dlpack.CPU, 0)
+    out = _from_gpu_dlpack(x, int(ordinal), copy) if kind == dlpack.CUDA else array(np.from_dlpack(x))
     if device is None: return out
     from fnx.devices import device_put
     return device_put(out, device)
+
+
+def _from_gpu_dlpack(x: Any, ordinal: int, copy: bool | None) -> Array:
+    """The Array over CUDA tensor `x`'s memory (a copy on the same GPU where `copy`)."""
+    from fnx.devices import device_put, devices
+    gpus = [d for d in devices("cuda") if not d.compile_only]
+    gpu = next((d for d in gpus if d.id == ordinal), None)
+    if gpu is None:
+        raise BufferError(f"from_dlpack: the {type(x).__name__} is on CUDA GPU {ordinal}, which fnx cannot use "
+                          f"(its GPUs: {[str(d) for d in gpus] or 'none'}; docs/CUDA.md)")
+    allocator = gpu.allocator
+    stream = int(allocator.stream)  # (the producer orders its writes before our stream's next work)
+    try:
+        capsule = x.__dlpack__(stream=stream, max_version=dlpack.VERSION)
+    except TypeError:  # (a producer that predates DLPack 1.0's keywords)
+        capsule = x.__dlpack__(stream=stream)
+    tensor = dlpack.Borrowed(capsule)
+    shape = tensor.shape
+    buffer, index = allocator.borrow(tensor)
+    if index is not None:
+        flat = Array.from_buffer(buffer, (buffer.size,))
+        return take(flat, device_put(index, gpu))
+    out = Array.from_buffer(buffer, shape)
+    if not copy: return out
+    fresh = allocator.alloc(buffer.dtype, buffer.size)
+    allocator.copy(fresh, buffer)
+    return Array.from_buffer(fresh, shape)
 
 
 def _shape_arg(shape: Any, name: str) -> tuple[int, ...]:

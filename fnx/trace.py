@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fnx import dtypes, tree_util
+from fnx.backends import dlpack
 from fnx.backends.device import (Buffer, Device, Executable, LRUCache, SingleDeviceSharding, device_of,
                                  get_device)
 from fnx.config import config
@@ -324,17 +325,40 @@ class Array:
     def __str__(self) -> str:
         return str(self._value()) if self._buffer is not None or not state.tracing else repr(self)
 
-    def __dlpack__(self, *args, **kwargs):
-        """A DLPack capsule of the value in host memory (docs/RUNTIME.md: device arrays are copied to the host).
-        A consumer that cannot take DLPack 1.0's read-only flag (an Array is immutable) gets a writable copy."""
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None):
+        """A DLPack capsule of the value (docs/RUNTIME.md): a CUDA array's own GPU memory, marked read-only (an
+        Array is immutable); otherwise host memory, an OpenCL array copied there. A consumer that cannot take
+        DLPack 1.0's read-only flag gets a writable copy."""
+        buffer = self._concrete_buffer()
+        export = getattr(device_of(buffer).allocator, "dlpack_export", None) if buffer is not None else None
+        if export is not None and dl_device in (None, self.__dlpack_device__()):
+            return export(buffer, self._shape, stream=stream, max_version=max_version, copy=copy)
+        if buffer is not None and copy is False and not buffer.in_host_memory:
+            raise BufferError(f"__dlpack__: an array on {buffer.device} reaches the host only as a copy, and "
+                              "copy=False was asked")
+        kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy)) if
+                  v is not None}
         value = self._value()
         try:
-            return value.__dlpack__(*args, **kwargs)
+            return value.__dlpack__(**kwargs)
         except BufferError:
-            return np.array(value).__dlpack__(*args, **kwargs)
+            if copy is False: raise
+            return np.array(value).__dlpack__(**kwargs)
 
-    def __dlpack_device__(self):
-        return self._value().__dlpack_device__()
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCUDA, ordinal) for an array on a GPU; (kDLCPU, 0) for the rest (exported through host memory)."""
+        buffer = self._concrete_buffer()
+        if buffer is not None and getattr(device_of(buffer).allocator, "dlpack_export", None) is not None:
+            return (dlpack.CUDA, device_of(buffer).id)
+        return (dlpack.CPU, 0)
+
+    def _concrete_buffer(self) -> Buffer | None:
+        """The single-device buffer holding the value (computed first where it is lazy); None for a sharded
+        array. Raises under a trace, where there is no value."""
+        if self._buffer is None: self._value()
+        buffer = self._buffer
+        return None if buffer is None or buffer.is_sharded else buffer
 
 
 # ---- eager execution ----

@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from fnx.backends import grid_beam
+from fnx.backends import dlpack, grid_beam
 from fnx.backends.c_render import CUDA, CRenderer
 from fnx.backends.device import (Allocator, Buffer, Compiler, Device, ObjectCache, Program, Runtime,
                                  register_runtime)
@@ -173,16 +173,20 @@ def _use(context) -> None:
 
 class CUDABuffer(Buffer):
     """A device allocation: `ptr` is the device pointer (at least one byte), freed on the stream when the buffer
-    is dropped (after every kernel queued before that reads it)."""
-    __slots__ = ("allocator",)
+    is dropped (after every kernel queued before that reads it). A buffer over another library's memory
+    (`borrowed`, a consumed DLPack tensor: `CUDAAllocator.borrow`) gives it back instead, once the kernels queued
+    so far have run."""
+    __slots__ = ("allocator", "borrowed")
+    in_host_memory = False
 
-    def __init__(self, allocator: CUDAAllocator, dtype: DType, size: int, ptr: int):
+    def __init__(self, allocator: CUDAAllocator, dtype: DType, size: int, ptr: int,
+                 borrowed: dlpack.Borrowed | None = None):
         self.device, self.dtype, self.size, self.ready, self.allocator = allocator.device, dtype, size, None, allocator
-        self._host, self.ptr = None, ptr
+        self._host, self.ptr, self.borrowed = None, ptr, borrowed
 
     @property
     def is_deleted(self) -> bool:
-        return not self.ptr
+        return not self.ptr and self.borrowed is None
 
     @property
     def host(self) -> np.ndarray:
@@ -198,7 +202,8 @@ class CUDABuffer(Buffer):
         _check(self.allocator.driver.cuStreamSynchronize(self.allocator.stream), f"{self.device}: cuStreamSynchronize")
 
     def __del__(self):
-        if self.ptr: self.allocator.free(self.ptr)
+        if self.borrowed is not None: self.allocator.give_back(self.borrowed)
+        elif self.ptr: self.allocator.free(self.ptr)
 
 
 class CUDAAllocator(Allocator):
@@ -207,6 +212,7 @@ class CUDAAllocator(Allocator):
     def __init__(self, device: str, context, stream):
         from cuda.bindings import driver
         self.driver, self.device, self.context, self.stream = driver, device, context, stream
+        self.ordinal = int(device.partition(":")[2])
 
     def alloc(self, dtype: DType, size: int) -> CUDABuffer:
         nbytes = max(1, size * dtype.itemsize)
@@ -262,12 +268,67 @@ class CUDAAllocator(Allocator):
 
     def _after(self, other: CUDAAllocator) -> None:
         """Order this stream's next work after everything queued so far on `other`'s stream."""
-        _use(other.context)
-        event = _check(self.driver.cuEventCreate(self.driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        _check(self.driver.cuEventRecord(event, other.stream), "cuEventRecord")
-        _use(self.context)
-        _check(self.driver.cuStreamWaitEvent(self.stream, event, 0), "cuStreamWaitEvent")
-        self.driver.cuEventDestroy(event)  # (released once the wait is done)
+        _order(self.driver, other.context, other.stream, self.context, self.stream)
+
+    # ---- DLPack: zero-copy exchange of device memory with other libraries (docs/RUNTIME.md) ----
+
+    def dlpack_export(self, buffer: CUDABuffer, shape: tuple[int, ...], *, stream: int | None = None,
+                      max_version: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+        """A DLPack capsule of `buffer` (an array of `shape`) for a consumer whose work goes on CUDA stream
+        `stream` (the protocol's numbers: None or 1 the legacy default stream, 2 the per-thread one, -1 none to
+        order, else a stream's handle): that stream waits for the kernels writing the buffer.
+
+        A DLPack 1.0 consumer (`max_version` >= (1, 0)) gets the buffer itself, marked read-only (an Array is
+        immutable); one that predates the flag, or asks `copy=True`, gets a copy of its own on the GPU
+        (`copy=False` then raises BufferError)."""
+        versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
+        if copy is False and not versioned:
+            raise BufferError(f"__dlpack__: {self.device} shares memory only with DLPack 1.0 consumers (which can "
+                              "be told an Array is read-only); this one asked for no copy without max_version")
+        if stream == 0 or (stream is not None and stream < -1):
+            raise BufferError(f"__dlpack__: stream={stream} is not a CUDA stream the DLPack protocol allows")
+        Buffer.wait(buffer)
+        if copy or not versioned:
+            fresh = self.alloc(buffer.dtype, buffer.size)
+            self.copy(fresh, buffer)
+            buffer = fresh
+        if stream != -1:
+            _order(self.driver, self.context, self.stream, self.context, self.driver.CUstream(stream or 1))
+        flags = dlpack.IS_COPIED if copy or not versioned else dlpack.READ_ONLY
+        return dlpack.export(buffer.ptr, buffer.dtype, shape, (dlpack.CUDA, self.ordinal), buffer, versioned, flags)
+
+    def borrow(self, tensor: dlpack.Borrowed) -> tuple[CUDABuffer, np.ndarray | None]:
+        """A buffer over another library's memory on this GPU (no copy) and where the tensor's elements lie in
+        it: None when they are its elements in row-major order, else each one's index (a strided, broadcast or
+        reversed tensor; the caller gathers them)."""
+        if tensor.device != (dlpack.CUDA, self.ordinal):
+            tensor.release()
+            raise BufferError(f"from_dlpack: the tensor is on DLPack device {tensor.device}, not {self.device}")
+        if tensor.size == 0:  # (its address may be NULL, which a buffer never has)
+            tensor.release()
+            return self.alloc(tensor.dtype, 0), None
+        low, extent, index = tensor.span()
+        address = tensor.address + low * tensor.dtype.itemsize
+        return CUDABuffer(self, tensor.dtype, extent, address, tensor), index
+
+    def give_back(self, tensor: dlpack.Borrowed) -> None:
+        """The producer's memory is released once every kernel queued so far (which may read it) has run."""
+        try:
+            _use(self.context)
+            self.driver.cuStreamSynchronize(self.stream)
+        except Exception:  # noqa: BLE001  (at interpreter exit the driver may be gone)
+            pass
+        tensor.release()
+
+
+def _order(driver, first_context, first, then_context, then) -> None:
+    """Order stream `then`'s next work after everything queued so far on stream `first` (each of its context)."""
+    _use(first_context)
+    event = _check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    _check(driver.cuEventRecord(event, first), "cuEventRecord")
+    _use(then_context)
+    _check(driver.cuStreamWaitEvent(then, event, 0), "cuStreamWaitEvent")
+    driver.cuEventDestroy(event)  # (released once the wait is done)
 
 
 class _Module:

@@ -68,6 +68,7 @@ class Buffer:
     """
     __slots__ = ("device", "dtype", "size", "_host", "ptr", "ready", "__weakref__")
     is_sharded = False  # (a fnx.sharding.ShardedBuffer is the memory of an array laid out over a mesh)
+    in_host_memory = True  # (False for a GPU's or an OpenCL device's memory, read only through copyout)
 
     def __init__(self, device: str, dtype: DType, size: int, host: np.ndarray | None = None, ptr: int | None = None,
                  ready: Pending | None = None):

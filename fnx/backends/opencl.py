@@ -46,6 +46,7 @@ def _cl_devices() -> list:
 class CLBuffer(Buffer):
     """A device allocation: `handle` is the cl.Buffer (at least one byte: OpenCL has no empty buffers)."""
     __slots__ = ("handle",)
+    in_host_memory = False
 
     def __init__(self, device: str, dtype: DType, size: int, handle):
         self.device, self.dtype, self.size, self.ready, self.handle = device, dtype, size, None, handle

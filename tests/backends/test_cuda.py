@@ -346,3 +346,65 @@ def test_mlp_step_on_gpu_matches_cpu():
     for k in p:
         assert params_gpu[k].device.name == "cuda:0"
         np.testing.assert_allclose(np.asarray(params_gpu[k]), np.asarray(params_cpu[k]), rtol=1e-5, atol=1e-6)
+
+
+@gpu
+def test_dlpack_shares_gpu_memory_read_only():
+    """An Array on the GPU goes out as its own memory (DLPack 1.0, read-only) and comes back in place; a consumer
+    without the read-only flag, or one asking for a copy, gets a copy of its own on the GPU."""
+    import gc
+    from fnx.backends import dlpack
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = fnx.device_put(x, "cuda:0") * 2
+    assert a.__dlpack_device__() == (dlpack.CUDA, 0)
+    back = jnp.from_dlpack(a)  # (fnx as the consumer: in place)
+    assert back.device.name == "cuda:0" and back._buffer.ptr == a._buffer.ptr
+    np.testing.assert_array_equal(np.asarray(jnp.sum(back, axis=0)), (x * 2).sum(axis=0))
+    for kwargs, same, read_only in [({"max_version": (1, 0)}, True, True), ({"max_version": (1, 0), "copy": True},
+                                                                             False, False), ({}, False, False),
+                                    ({"max_version": (1, 0), "stream": 2}, True, True)]:
+        tensor = dlpack.Borrowed(a.__dlpack__(**kwargs))
+        assert (tensor.address == a._buffer.ptr) == same and tensor.read_only == read_only, kwargs
+        assert tensor.device == (dlpack.CUDA, 0) and tensor.shape == (3, 4) and tensor.dtype == dtypes.float32
+        buffer, index = fnx.devices("cuda")[0].allocator.borrow(tensor)
+        assert index is None
+        np.testing.assert_array_equal(fnx.devices("cuda")[0].allocator.copyout(buffer).reshape(3, 4), x * 2)
+        del buffer  # (gives the tensor back)
+    with pytest.raises(BufferError, match="shares memory only with DLPack 1.0 consumers"):
+        a.__dlpack__(copy=False)
+    np.testing.assert_array_equal(np.from_dlpack(a, device="cpu"), x * 2)  # (dl_device: a host copy)
+    with pytest.raises(BufferError, match="reaches the host only as a copy"):
+        a.__dlpack__(max_version=(1, 0), dl_device=(dlpack.CPU, 0), copy=False)
+    copied = jnp.from_dlpack(a, copy=True)
+    assert copied._buffer.ptr != a._buffer.ptr
+    np.testing.assert_array_equal(np.asarray(copied), x * 2)
+    del back, copied
+    gc.collect()
+    assert dlpack.exports_alive() == 0
+
+
+@gpu
+def test_dlpack_strided_gpu_tensors_are_gathered():
+    """A producer's transposed, reversed or broadcast GPU tensor: fnx borrows the memory it spans and gathers
+    the elements into a buffer of its own on the GPU."""
+    import gc
+    from fnx.backends import dlpack
+
+    class Producer:
+        def __init__(self, capsule): self.capsule = capsule
+        def __dlpack__(self, **kwargs): return self.capsule
+        def __dlpack_device__(self): return (dlpack.CUDA, 0)
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = fnx.device_put(x, "cuda:0")
+    ptr = a._buffer.ptr
+    for shape, strides, start, want in [((4, 3), (1, 4), 0, x.T), ((3, 4), (-4, -1), 11, x[::-1, ::-1]),
+                                        ((2, 3, 4), (0, 4, 1), 0, np.broadcast_to(x, (2, 3, 4)))]:
+        capsule = dlpack.export(ptr + 4 * start, dtypes.float32, shape, (dlpack.CUDA, 0), a, True, dlpack.READ_ONLY,
+                                strides=strides)
+        got = jnp.from_dlpack(Producer(capsule))
+        assert got.device.name == "cuda:0"
+        np.testing.assert_array_equal(np.asarray(got * 1), want)
+    del got
+    gc.collect()
+    assert dlpack.exports_alive() == 0
