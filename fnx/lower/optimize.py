@@ -62,7 +62,12 @@ from fnx.lower.tensor_core import NotTensorCore, is_tensor_core, tensor_core_til
 from fnx.rewrite import substitute
 from fnx.uop import Ops, ParamArg, RangeArg, UOp, with_src
 
-MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (20-70 us) costs more than it saves
+MIN_PARALLEL_WORK = 1 << 20   # below this a thread hand-off (~6 us on the native pool, and an uneven split of
+                              # register blocks) costs more than it saves: 128 x 256 x 10 product, 12.6 us on one
+                              # thread, 17-24 us on two (AVX-512 Xeon)
+MIN_PARALLEL_ELEMENTS = 1 << 17  # ... except in a kernel with no reduction: from 2^17 elements (float32 in and out
+                                 # are 1 MB) memory traffic is most of it (x*2+1 on 2^18: 49 -> 25 us, 2^19: 151 ->
+                                 # 63 us on two threads; 2^16: 10.5 vs 13.4 us)
 MIN_PARALLEL_FLOPS = 1 << 23  # ... unless each iteration is heavy: 8M weighted ops are ~1 ms of scalar code
 
 
@@ -735,6 +740,11 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # lanes on every reduce loop that walks memory contiguously (horizontal reductions) and on the unit-stride
         # output loop, all of one width, as long as no value would vary along two of them (rows of softmax and
         # layernorm: each reduction and the elementwise pass over the row are vectorized)
+        rows = [r.arg.size for r in k.reduce_ranges if any(_stride(ld.src[1], r) == 1 for ld in loads)]
+        if rows and all(w // 2 < n < w for n in rows) and len(set(rows)) == 1:
+            # rows shorter than a vector but over half of one (10 classes on AVX-512's 16 lanes): lanes as wide as
+            # the row (LLVM splits the odd vector into whole registers), not scalar code (W5's softmax 15 -> 6.4 us)
+            w = rows[0]
         wanted = [len(k.ranges) + i for i, r in enumerate(k.reduce_ranges)
                   if r.arg.size >= w and any(_stride(ld.src[1], r) == 1 for ld in loads)]
         if not wanted and red is not None and store_unit and inner.arg.size >= w:
@@ -760,7 +770,8 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 opts.append(Opt("VECTORIZE", axis, w))
             except OptError:
                 pass
-    if target.threads > 1 and k.ranges and (k.work >= MIN_PARALLEL_WORK or kernel_flops(k) >= MIN_PARALLEL_FLOPS):
+    big = k.work >= (MIN_PARALLEL_ELEMENTS if not k.reduce_ranges else MIN_PARALLEL_WORK)
+    if target.threads > 1 and k.ranges and (big or kernel_flops(k) >= MIN_PARALLEL_FLOPS):
         sizes = _output_loop_sizes(k, opts)
         if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
             opts.append(Opt("THREAD", thread_axis))

@@ -208,6 +208,32 @@ def test_rows_between_one_and_two_vectors_get_lanes_as_wide_as_the_row():
     np.testing.assert_allclose(got, x[:, :, None] * g[:, None, :], rtol=1e-6)
 
 
+@pytest.mark.parametrize("classes", [5, 6, 10, 13])
+def test_rows_shorter_than_a_vector_reduce_in_lanes_as_wide_as_the_row(classes):
+    """log_softmax over rows of fewer elements than a vector holds but more than half of one (10 classes on
+    AVX-512's 16 float lanes, 6 on AVX2's 8): its max and its sum reduce in lanes as wide as the row, not in scalar
+    code (W5's softmax kernel on the AVX-512 Xeon: 15 -> 6.4 us). Either target's schedule, run here, matches
+    float64 numpy, a NaN row included."""
+    x = RNG.standard_normal((37, classes)).astype(np.float32)
+    x[3, 1] = np.nan
+    lowered = fnx.jit(lambda x: fnx.nn.log_softmax(x, axis=-1)).lower(jnp.asarray(x))
+    kernels = rangeify(callify(lowered.traced.fn)).kernels
+    wide = x.astype(np.float64)
+    want = wide - wide.max(-1, keepdims=True) - np.log(np.exp(wide - wide.max(-1, keepdims=True)).sum(-1,
+                                                                                                   keepdims=True))
+    for target in (AVX512, replace(TARGET, vector_bytes=32, vector_registers=16)):
+        lanes = target.vector_bytes // 4
+        reduce_lanes = {o.amount for k in kernels if k.reduce_ranges for o in heuristic_opts(k, target)
+                        if o.op == "VECTORIZE" and o.axis >= len(k.ranges)}
+        if lanes // 2 < classes < lanes: assert reduce_lanes == {classes}, (target.vector_bytes, reduce_lanes)
+        elif classes <= lanes // 2: assert not reduce_lanes
+        shaped = lambda k, t, v=target: heuristic_opts(k, replace(t, vector_bytes=v.vector_bytes,  # noqa: E731
+                                                                 vector_registers=v.vector_registers))
+        got = _run(lowered.traced.fn, [x], shaped)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert np.isnan(got[3]).all() and not np.isnan(np.delete(got, 3, axis=0)).any()
+
+
 def test_narrow_product_gets_lanes_along_the_operand_that_walks_rows():
     """h.T @ g with 10 columns: lanes along h's contiguous rows, every column unrolled, a scattered store."""
     h = RNG.standard_normal((40, 96)).astype(np.float32)
@@ -310,20 +336,42 @@ def test_few_heavy_iterations_are_threaded():
     """A kernel with too few iterations for a thread hand-off but heavy ones (estimated FLOPs, fnx/lower/cost.py) is
     split across the threads; a light kernel of the same size is not. The threaded result is checked."""
     from fnx.lower.cost import kernel_flops
-    from fnx.lower.optimize import MIN_PARALLEL_FLOPS, MIN_PARALLEL_WORK
+    from fnx.lower.optimize import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_FLOPS
 
     def heavy(x):
         for _ in range(20): x = jnp.sin(x) * 1.5 + jnp.exp(-x * x)
         return x
-    x = np.linspace(-2, 2, 256 * 512, dtype=np.float32).reshape(256, 512)
+    x = np.linspace(-2, 2, 128 * 512, dtype=np.float32).reshape(128, 512)
     for fun, threaded in ((heavy, True), (lambda x: x * 2 + 1, False)):
         kernels = rangeify(callify(fnx.make_graph(fun)(x).fn)).kernels
-        assert len(kernels) == 1 and kernels[0].work < MIN_PARALLEL_WORK
+        assert len(kernels) == 1 and kernels[0].work < MIN_PARALLEL_ELEMENTS
         assert (kernel_flops(kernels[0]) >= MIN_PARALLEL_FLOPS) == threaded
         assert any(o.op == "THREAD" for o in heuristic_opts(kernels[0], TARGET)) == threaded
     expected = x.astype(np.float64)
     for _ in range(20): expected = np.sin(expected) * 1.5 + np.exp(-expected * expected)
     np.testing.assert_allclose(np.asarray(fnx.jit(heavy)(x)), expected, rtol=2e-4, atol=2e-4)
+
+
+def test_elementwise_kernels_thread_sooner_than_reductions():
+    """A kernel with no reduction is split across the threads from MIN_PARALLEL_ELEMENTS elements (memory traffic
+    is most of it: x*2+1 on 2^18 floats, 49 -> 25 us on two threads); a product of the same work is not (its
+    register blocks split unevenly and the hand-off is a large part of it: 128 x 256 x 10, 12.6 us on one
+    thread, 17-24 on two). Both give numpy's values."""
+    from fnx.lower.optimize import MIN_PARALLEL_ELEMENTS, MIN_PARALLEL_WORK
+    a = RNG.standard_normal((128, 256)).astype(np.float32)
+    g = RNG.standard_normal((128, 10)).astype(np.float32)
+    w = RNG.standard_normal((256, 10)).astype(np.float32)
+    cases = [(lambda a, g: a[:, :, None] * g[:, None, :], (a, g), a[:, :, None] * g[:, None, :], True),
+             (lambda a, g: a[:, :100, None] * g[:, None, :], (a, g), a[:, :100, None] * g[:, None, :], False),
+             (lambda a, w: a @ w, (a, w), a.astype(np.float64) @ w, False)]
+    for fun, args, want, threaded in cases:
+        lowered = fnx.jit(fun).lower(*[jnp.asarray(v) for v in args])
+        (kernel,) = rangeify(callify(lowered.traced.fn)).kernels
+        assert kernel.work < MIN_PARALLEL_WORK and (kernel.work >= MIN_PARALLEL_ELEMENTS) == (
+            threaded or bool(kernel.reduce_ranges))  # (the product as much work as the first)
+        assert any(o.op == "THREAD" for o in heuristic_opts(kernel, TARGET)) == threaded
+        np.testing.assert_allclose(_run(lowered.traced.fn, list(args), lambda k, t: None)[0], want, rtol=1e-5,
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("width", [1024, 1000, 48])
