@@ -9,7 +9,10 @@ read by field: `p.arg.slot`, `node.arg.ncarry`. Other args are plain values (an 
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
+import threading
 import weakref
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -562,3 +565,28 @@ def _alu_shape(u: UOp) -> Shape:
         if op in (Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN) and not src[0].dtype.is_float:
             raise _fail(op, "needs floating-point operands", *src)
     return src[0].shape
+
+
+_pause = {"depth": 0, "resume": False}
+_pause_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while graphs are built (a trace, its lowering, a cached lowering read
+    back): that makes tens of thousands of small objects, each counting towards the collector's next run, and a
+    full collection walks every object of the process (1-2 ms with ~100k of them, several times a trace). UOps
+    hold no cycles; cycles made meanwhile are collected afterwards. Nested and from several threads at once, the
+    collector comes back on when the last one ends, if it was on. Measured: the W4 step's first call 0.20-0.23 ->
+    0.17-0.19 s, the W9 GPT step's 0.96-1.07 -> 0.88-0.94 s."""
+    with _pause_lock:
+        if _pause["depth"] == 0:
+            _pause["resume"] = gc.isenabled()
+            gc.disable()
+        _pause["depth"] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pause["depth"] -= 1
+            if _pause["depth"] == 0 and _pause["resume"]: gc.enable()

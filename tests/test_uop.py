@@ -391,3 +391,43 @@ def test_bounds_of_a_float_clamp_hold_every_value():
     clamp = UOp(Ops.WHERE, F32, (UOp(Ops.CMPLT, dtypes.bool_, (x, UOp.const(F32, 2.5))), x, UOp.const(F32, 0.0)))
     lo, hi = clamp.bounds
     assert lo <= 2.4 <= hi
+
+
+def test_the_collector_is_paused_while_graphs_are_built_and_back_after():
+    """jit's trace and lowering run with the cyclic collector off (collector_paused): it is back on after a
+    call, after a trace that raised, after nested and concurrent pauses; one the user had turned off stays off.
+    Results are unchanged (numpy's)."""
+    import gc
+    import threading
+    import fnx
+    import fnx.numpy as jnp
+    from fnx.uop import collector_paused
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return jnp.tanh(x) * 2
+    x = np.linspace(-1, 1, 7, dtype=np.float32)
+    assert gc.isenabled()
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(x)), np.tanh(x.astype(np.float64)) * 2, rtol=1e-6)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(TypeError):
+        fnx.jit(lambda x: x + "a")(x)
+    assert gc.isenabled()
+    inside, go = [], threading.Barrier(4)
+
+    def nested():
+        with collector_paused():
+            go.wait()
+            with collector_paused(): inside.append(gc.isenabled())
+            go.wait()
+    threads = [threading.Thread(target=nested) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert inside == [False] * 4 and gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused(): pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

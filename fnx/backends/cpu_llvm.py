@@ -413,7 +413,7 @@ class CPUExecutable(Executable):
                 self.launches.append((kernel, None, None, None, ()))
                 self.items.append(self._host_item(kernel))
                 continue
-            outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
+            outer = kernel.thread_size
             step = -(-outer // threads) if kernel.thread_range >= 0 else outer
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
@@ -473,8 +473,7 @@ class CPUExecutable(Executable):
     def _device_of(self, kernel) -> str:
         """The device a kernel computes for: its output buffer's (after a COPY, the COPY's device). The cpu
         devices share one address space, so this executable's threads run it."""
-        out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
-        return self.buffers[out].device or self.device
+        return self.buffers[kernel.output].device or self.device
 
     def _host_item(self, step: HostStep):
         if isinstance(step, TransferStep):

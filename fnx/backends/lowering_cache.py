@@ -15,10 +15,10 @@ when it first runs) is not cached.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
+import threading
 import zlib
 from dataclasses import fields
 
@@ -33,7 +33,7 @@ from fnx.lower.pipeline import Lowering
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
 from fnx.lower.target import Target
 from fnx.uop import (GroupOp, ConstArg, IotaArg, Ops, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
-                     CollectiveArg, UOp)
+                     CollectiveArg, UOp, collector_paused)
 
 _DTYPES = {d.name: d for d in dtypes.ALL_DTYPES}
 _ARGS = {t.__name__: t for t in (ConstArg, IotaArg, ParamArg, RangeArg, ReduceArg, ScanArg, ScatterArg, ControlArg,
@@ -114,12 +114,13 @@ def _decode_nodes(rows: list) -> list[UOp]:
 
 
 _KERNEL_FIELDS = ("name", "parallel", "thread_candidate", "thread_range", "code")
+_KNOWN = ("work", "thread_size", "output")  # what the runtime reads of a kernel, kept so that it needs no graph
+_GRAPH_FIELDS = ("sink", "ranges", "reduce_ranges", "lanes", "locals", "row_ranges")
 
 
 def _encode_kernel(k: Kernel, t: _Nodes) -> dict:
     if k.init or k.prelude: raise Uncacheable("an unscheduled kernel")
-    out = {f: getattr(k, f) for f in _KERNEL_FIELDS}
-    out["work"] = k.work  # (walking a big unrolled kernel's graph for it took 3 ms)
+    out = {f: getattr(k, f) for f in _KERNEL_FIELDS + _KNOWN}  # (walking a big kernel's graph for `work`: 3 ms)
     out.update(sink=t.ref(k.sink), args=list(k.args), ranges=[t.ref(r) for r in k.ranges],
                reduce_ranges=[t.ref(r) for r in k.reduce_ranges], lanes=[t.ref(r) for r in k.lanes],
                locals=[t.ref(r) for r in k.locals], opts=[[o.op, o.axis, o.amount] for o in k.opts],
@@ -127,15 +128,65 @@ def _encode_kernel(k: Kernel, t: _Nodes) -> dict:
     return out
 
 
-def _decode_kernel(d: dict, nodes: list) -> Kernel:
-    k = Kernel(d["name"], nodes[d["sink"]], list(d["args"]), [nodes[i] for i in d["ranges"]],
-                  [nodes[i] for i in d["reduce_ranges"]], d["parallel"], d["thread_candidate"], d["thread_range"],
-                  tuple(nodes[i] for i in d["lanes"]), tuple(nodes[i] for i in d["locals"]),
-                  tuple(Opt(*o) for o in d["opts"]),
-                  row_ranges=None if d["row_ranges"] is None else tuple(nodes[i] for i in d["row_ranges"]),
-                  code=d["code"])
-    k.__dict__["work"] = d["work"]
+class _Graphs:
+    """An entry's node table, decoded the first time something asks for a kernel's graph (as_text, a profiler's
+    loops, donation): running the program needs only what `_KNOWN` keeps, so a warm process skips decoding the
+    graphs (most of the entry: 5-7 ms of the W4 step's 13 ms warm compile)."""
+
+    def __init__(self, rows: bytes):
+        self.rows, self.nodes, self.lock = rows, None, threading.Lock()
+
+    def node(self, i: int) -> UOp:
+        if self.nodes is None:
+            with self.lock:
+                if self.nodes is None:
+                    try:
+                        self.nodes = _decode_nodes(json.loads(self.rows))
+                    except (ValueError, KeyError, TypeError, IndexError) as err:
+                        raise RuntimeError(f"the lowering cache entry's kernel graphs did not decode ({err!r}); "
+                                           "clear FNX_CACHE_DIR") from err
+        return self.nodes[i]
+
+
+class _CachedKernel(Kernel):
+    """A Kernel read from the cache: its graph fields (`_GRAPH_FIELDS`) are decoded on first use."""
+
+    def __getattr__(self, name: str):  # (called only for an attribute not set yet)
+        refs = self.__dict__.get("_refs")
+        if refs is None or name not in refs: raise AttributeError(name)
+        graphs = self.__dict__["_graphs"]
+        for field, ref in refs.items():
+            if field not in self.__dict__:
+                self.__dict__[field] = None if ref is None else graphs.node(ref) if field == "sink" else \
+                    (list if field in ("ranges", "reduce_ranges") else tuple)(graphs.node(i) for i in ref)
+        return self.__dict__[name]
+
+
+def _decode_kernel(d: dict, graphs: _Graphs) -> Kernel:
+    k = object.__new__(_CachedKernel)
+    k.__dict__.update(name=d["name"], args=list(d["args"]), parallel=d["parallel"],
+                      thread_candidate=d["thread_candidate"], thread_range=d["thread_range"],
+                      opts=tuple(Opt(*o) for o in d["opts"]), init=(), prelude=(), sources=(), code=d["code"],
+                      _refs={f: d[f] for f in _GRAPH_FIELDS}, _graphs=graphs, **{f: d[f] for f in _KNOWN})
     return k
+
+
+class _Lines:
+    """A kernel's linear program from the cache, decoded on first use (the runtime only asks whether it has one:
+    its object code is in the compile cache)."""
+
+    def __init__(self, refs: list, graphs: _Graphs):
+        self.refs, self.graphs, self.lines = refs, graphs, None
+
+    def _list(self) -> list:
+        if self.lines is None: self.lines = [(what, self.graphs.node(i)) for what, i in self.refs]
+        return self.lines
+
+    def __iter__(self): return iter(self._list())
+    def __len__(self) -> int: return len(self.refs)
+    def __getitem__(self, i): return self._list()[i]
+    def __eq__(self, other): return self._list() == (other._list() if isinstance(other, _Lines) else other)
+    __hash__ = None
 
 
 def encode(lowering: Lowering, modules: list[tuple[list[str], str]]) -> bytes:
@@ -151,15 +202,17 @@ def encode(lowering: Lowering, modules: list[tuple[list[str], str]]) -> bytes:
                "scratch": [[b, o, r] for b, (o, r) in c.scratch.items()],
                "members": [position[id(k)] for k in c.members]} for c in lowering.chains]
     plan = lowering.memory
-    data = {"nodes": t.rows, "kernels": kernels, "before": before,
+    data = {"kernels": kernels, "before": before,
             "buffers": [[b.dtype.name, b.size, b.kind, b.param, b.device] for b in lowering.schedule.buffers],
             "outputs": list(lowering.schedule.outputs),
             "memory": {**{f.name: getattr(plan, f.name) for f in fields(MemoryPlan)},
                        "slot_of": [[b, s] for b, s in plan.slot_of.items()]},
             "chains": chains, "modules": [names for names, _ in modules]}
-    # the LLVM sources after the JSON, apart (as JSON strings their escapes made loading 4x slower)
-    head = json.dumps(data, separators=(",", ":")).encode()
-    return zlib.compress(len(head).to_bytes(8, "little") + head + b"\0".join(s.encode() for _, s in modules), 1)
+    # the node table after the rest, parsed only when a graph is asked for; the LLVM sources last, apart (as JSON
+    # strings their escapes made loading 4x slower)
+    head, rows = json.dumps(data, separators=(",", ":")).encode(), json.dumps(t.rows, separators=(",", ":")).encode()
+    return zlib.compress(len(head).to_bytes(8, "little") + head + len(rows).to_bytes(8, "little") + rows +
+                         b"\0".join(s.encode() for _, s in modules), 1)
 
 
 def decode(blob: bytes, fn: UOp, modules_first=None) -> tuple[Lowering, list[tuple[list[str], str]]]:
@@ -167,15 +220,16 @@ def decode(blob: bytes, fn: UOp, modules_first=None) -> tuple[Lowering, list[tup
     before the kernels are decoded (the CPU backend starts linking their object code meanwhile)."""
     raw = zlib.decompress(blob)
     n = int.from_bytes(raw[:8], "little")
-    data, tail = json.loads(raw[8:8 + n]), raw[8 + n:]
+    data = json.loads(raw[8:8 + n])
+    m = int.from_bytes(raw[8 + n:16 + n], "little")
+    graphs, tail = _Graphs(raw[16 + n:16 + n + m]), raw[16 + n + m:]
     sources = [text.decode() for text in tail.split(b"\0")] if data["modules"] else []
     modules = [(list(names), source) for names, source in zip(data["modules"], sources)]
     if modules_first is not None: modules_first(modules)
-    nodes = _decode_nodes(data["nodes"])
-    kernels = [(_decode_kernel(k, nodes), [(what, nodes[i]) for what, i in lines]) for k, lines in data["kernels"]]
+    kernels = [(_decode_kernel(k, graphs), _Lines(lines, graphs)) for k, lines in data["kernels"]]
     buffers = [BufferSpec(_DTYPES[d], size, kind, param, device) for d, size, kind, param, device in
                data["buffers"]]
-    schedule = Schedule([_decode_kernel(k, nodes) for k in data["before"]], buffers, list(data["outputs"]))
+    schedule = Schedule([_decode_kernel(k, graphs) for k in data["before"]], buffers, list(data["outputs"]))
     memory = data["memory"]
     memory["slot_of"] = {b: s for b, s in memory["slot_of"]}
     chains = [RowChain(**{**c, "scratch": {b: (o, r) for b, o, r in c["scratch"]},
@@ -221,14 +275,11 @@ class LoweringCache:
         called for an entry that then fails to decode)."""
         blob = self.files.load(key)
         if blob is None: return None
-        collecting = gc.isenabled()
-        gc.disable()  # (decoding makes ~20k small lists: in a process full of objects each full collection they set
-        try:          # off took 50 ms, 10x the decoding)
-            return decode(blob, fn, modules_first)
-        except (ValueError, KeyError, TypeError, IndexError, zlib.error):  # (a damaged or foreign entry)
-            return None
-        finally:
-            if collecting: gc.enable()
+        with collector_paused():  # (decoding makes thousands of small lists: in a process full of objects each full
+            try:                  # collection they set off took 50 ms, 10x the decoding)
+                return decode(blob, fn, modules_first)
+            except (ValueError, KeyError, TypeError, IndexError, zlib.error):  # (a damaged or foreign entry)
+                return None
 
     def store(self, key: str, lowering: Lowering, modules: list) -> None:
         """Write the entry; a lowering this cache cannot encode (a host step; a graph deeper than the recursion

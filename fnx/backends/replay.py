@@ -40,8 +40,7 @@ class ReplayExecutable(Executable):
                 self.steps[kernel.name] = kernel
                 self.items.append(HostCall(kernel.name, self.device, tuple(kernel.inputs), tuple(kernel.outputs)))
             else:
-                outer = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
-                out = kernel.args[kernel.sink.src[0].src[0].arg.slot]
+                outer, out = kernel.thread_size, kernel.output
                 group = (kernel.locals[0].arg.size,) if kernel.locals else ()  # (work items of a work-group)
                 dims = launch_dims(kernel) if is_tensor_core(kernel) else (0, outer) + group
                 self.items.append(Launch(kernel.name, self.buffers[out].device or self.device, tuple(kernel.args),

@@ -138,7 +138,7 @@ def _calls(kernels: list, address: dict[int, str], lines: list[str]) -> None:
         for a, b in enumerate(kernel.args or [0]):
             lines.append(f"  %p{n}_{a} = inttoptr i64 {address[b] if kernel.args else 0} to ptr")
             args.append(f"ptr %p{n}_{a}")
-        end = kernel.ranges[kernel.thread_range].arg.size if kernel.thread_range >= 0 else 1
+        end = kernel.thread_size
         # (a call, not inlined: each kernel's `noalias` arguments hold per call only; inlined into this loop, where a
         # carry's buffer is written in one step and read in the next, LLVM moved loads across those steps and
         # jnp.linalg.solve of a float64 5 x 5 matrix gave NaNs on AVX-512)

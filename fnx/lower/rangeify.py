@@ -93,6 +93,16 @@ class Kernel:
         inner = sum(math.prod(r.arg.size for r in rs) for rs in nests)
         return math.prod(r.arg.size for r in self.ranges) * max(inner, 1)
 
+    @cached_property
+    def thread_size(self) -> int:
+        """Iterations of the loop split across threads (1 when none is)."""
+        return self.ranges[self.thread_range].arg.size if self.thread_range >= 0 else 1
+
+    @cached_property
+    def output(self) -> int:
+        """The schedule buffer the kernel stores into."""
+        return self.args[self.sink.src[0].src[0].arg.slot]
+
     @property
     def flops(self) -> int:
         """Estimated weighted FLOPs of one run (fnx/lower/cost.py)."""

@@ -31,7 +31,7 @@ from fnx.errors import UnsupportedError, at_user_line, user_frame
 from fnx.sharding import spmd
 from fnx.trace import (Array, Traced, abstract_leaf, compile_function, realize, special_values, state, to_array,
                        trace)
-from fnx.uop import BufferArg, Ops, UOp
+from fnx.uop import BufferArg, Ops, UOp, collector_paused
 
 
 class ShapeDtypeStruct:
@@ -394,7 +394,7 @@ class Jitted:
         key = (treedef, avals, static, on_mesh.key if on_mesh is not None else device, dtypes.x64_enabled())
         lowered = self._cache.get(key)
         if lowered is None:
-            with events.naming(self._name):
+            with events.naming(self._name), collector_paused():
                 return self._trace_and_compile(key, dynamic, dyn_kwargs, static, leaves, avals, on_mesh, device)
         if events.active: events.instant("cache", f"jit {self._name}: cache hit")
         return lowered, leaves

@@ -92,11 +92,11 @@ def test_an_entry_that_fails_to_decode_after_its_modules_were_linked_is_lowered_
     fnx.clear_caches()
     linked = []
 
-    def broken(rows):
+    def broken(d, graphs):
         assert linked, "the modules are handed over before the kernels are decoded"
-        raise ValueError("a damaged node table")
+        raise ValueError("a damaged kernel")
     original = lowering_cache.decode
-    monkeypatch.setattr(lowering_cache, "_decode_nodes", broken)
+    monkeypatch.setattr(lowering_cache, "_decode_kernel", broken)
     monkeypatch.setattr(lowering_cache, "decode", lambda blob, fn, first=None: original(
         blob, fn, lambda modules: (linked.append(modules), first(modules))))
     np.testing.assert_allclose(np.asarray(fnx.jit(f)(x)), want, rtol=1e-4, atol=1e-4)
@@ -134,6 +134,37 @@ def test_the_round_trip_gives_back_the_same_kernels():
         assert [m.name for m in c2.members] == [m.name for m in c.members]
     assert back.as_text("rangeify") == lowering.as_text("rangeify")
     assert back.as_text("callify") == lowering.as_text("callify")
+
+
+def test_a_warm_lowering_decodes_kernel_graphs_only_when_asked(tmp_path, monkeypatch):
+    """Running a program read from the cache needs no kernel graph (its object code is cached): the node table is
+    decoded the first time something asks for a graph (as_text, a profiler's loops), once, from several threads
+    at once, and then gives the cold lowering's very graphs."""
+    import threading
+    from fnx.backends import lowering_cache
+    from fnx.config import config
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    x = np.random.default_rng(3).standard_normal((200, 48)).astype(np.float32)
+    f = lambda x: jnp.tanh(x @ x.T).sum(axis=1) / jnp.sqrt((x * x).sum())  # noqa: E731
+    want = np.tanh(x.astype(np.float64) @ x.T) .sum(axis=1) / np.sqrt((x.astype(np.float64) ** 2).sum())
+    cold = fnx.jit(f).lower(x).executable.lowering
+    cold_text = cold.as_text("linearize")
+    fnx.clear_caches()
+    decoded = []
+    original = lowering_cache._decode_nodes
+    monkeypatch.setattr(lowering_cache, "_decode_nodes", lambda rows: decoded.append(1) or original(rows))
+    jf = fnx.jit(f)
+    np.testing.assert_allclose(np.asarray(jf(x)), want, rtol=1e-4, atol=1e-4)
+    warm = jf.lower(x).executable.lowering
+    assert warm.callified is None and not decoded  # (from the cache, and run without a graph)
+    texts = []
+    threads = [threading.Thread(target=lambda: texts.append(warm.as_text("linearize"))) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert texts == [cold_text] * 4 and decoded == [1]
+    for (k, lines), (k2, lines2) in zip(cold.kernels, warm.kernels):
+        assert k2.sink is k.sink and k2.ranges == k.ranges and lines2 == lines and k2.lanes == k.lanes
+        assert (k2.work, k2.thread_size, k2.output) == (k.work, k.thread_size, k.output)
 
 
 def test_host_steps_are_not_cached():
