@@ -317,6 +317,7 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     PARAMs name no device, so nothing in it differs between them)."""
     key = (fn, device.target)
     if (found := _lowerings.get(key)) is not None: return found
+    native_pool.start(device.compiler, device.threads - 1)  # (meanwhile: its first run will use it)
     modules = _Modules(device.compiler, device.renderer)  # LLVM compiles the first kernels while later are lowered
     disk = _lowering_cache(device.target)
     disk_key = disk.key(fn) if not config.beam and not overriding() else None

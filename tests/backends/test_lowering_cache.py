@@ -172,3 +172,31 @@ def test_host_steps_are_not_cached():
     exe = _lowering(f, jnp.asarray(np.eye(300, dtype=np.float32)))
     with pytest.raises(Uncacheable):
         encode(exe.lowering, [])
+
+
+def test_the_source_digest_is_kept_under_the_files_stats(tmp_path, monkeypatch):
+    """fnx's source hash (part of every entry's key) is read back from the cache directory while no source file's
+    path, size or modification time changed, recomputed from the contents when one does or when the kept file is
+    damaged; it is always the hash of the contents."""
+    from fnx.backends import lowering_cache as lc
+    monkeypatch.setattr(lc, "_fnx_digest", [])
+    full = lc._fnx_source_digest(None)
+    monkeypatch.setattr(lc, "_fnx_digest", [])
+    assert lc._fnx_source_digest(str(tmp_path)) == full
+    (kept,) = glob.glob(str(tmp_path / "fnx-source" / "*"))
+    assert open(kept).read() == full
+    open(kept, "w").write("f" * 64)  # (what the file says is what a process with these stats uses)
+    monkeypatch.setattr(lc, "_fnx_digest", [])
+    assert lc._fnx_source_digest(str(tmp_path)) == "f" * 64
+    open(kept, "w").write("damaged")
+    monkeypatch.setattr(lc, "_fnx_digest", [])
+    assert lc._fnx_source_digest(str(tmp_path)) == full
+    source = lc.__file__
+    st = os.stat(source)
+    try:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        monkeypatch.setattr(lc, "_fnx_digest", [])
+        assert lc._fnx_source_digest(str(tmp_path)) == full
+        assert len(glob.glob(str(tmp_path / "fnx-source" / "*"))) == 2  # (kept anew under the new stats)
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
