@@ -317,7 +317,6 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     PARAMs name no device, so nothing in it differs between them)."""
     key = (fn, device.target)
     if (found := _lowerings.get(key)) is not None: return found
-    native_pool.start(device.compiler, device.threads - 1)  # (meanwhile: its first run will use it)
     modules = _Modules(device.compiler, device.renderer)  # LLVM compiles the first kernels while later are lowered
     disk = _lowering_cache(device.target)
     disk_key = disk.key(fn) if not config.beam and not overriding() else None
@@ -341,6 +340,8 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
                 source = module_source([(render_driver(c), set()) for c in lowering.chains])
                 modules.sources.append(source)
                 modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit(source)))
+        if any(k.thread_range >= 0 for k, lines in lowering.kernels if lines is not None):
+            native_pool.start(device.compiler, device.threads - 1)  # (while LLVM finishes: the first run uses it)
         engine_of, compiled = modules.finish()
     if hit is None and disk_key is not None:
         disk.store(disk_key, lowering, [(names, source) for (names, _), source in zip(modules.jobs, modules.sources)])

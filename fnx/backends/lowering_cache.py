@@ -257,10 +257,10 @@ def _fnx_source_digest(cache_dir: str | None) -> str:
             stats.update(f"{path} {st.st_size} {st.st_mtime_ns}\n".encode())
         kept = os.path.join(cache_dir, "fnx-source", stats.hexdigest()) if cache_dir else None
         try:
-            with open(kept) as f: digest = f.read()  # type: ignore[arg-type]
-        except (OSError, TypeError):
+            with open(kept, "rb") as f: digest = f.read().decode("ascii")  # type: ignore[arg-type]
+        except (OSError, TypeError, ValueError):  # (none kept, no cache directory, a damaged file)
             digest = ""
-        if len(digest) != 64:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             h = hashlib.sha256()
             for path in paths:
                 with open(path, "rb") as f: h.update(os.path.basename(path).encode() + f.read())

@@ -169,9 +169,9 @@ def pool(compiler, workers: int) -> NativePool | None:
 
 
 def start(compiler, workers: int) -> None:
-    """Make the pool on a thread of its own if there is none yet: a program being compiled for several threads
-    will want it, and linking its code and starting its workers (~2 ms) then overlaps the rest of the compile
-    instead of delaying the first run."""
+    """Make the pool on a thread of its own if there is none yet: a program with thread-split kernels, being
+    compiled, will want it, and linking its code and starting its workers (~2 ms) then overlaps the rest of the
+    compile instead of delaying the first run."""
     if workers >= 1 and _X86 and workers not in _pools:
         threading.Thread(target=pool, args=(compiler, workers), daemon=True, name="fnx-native-start").start()
 

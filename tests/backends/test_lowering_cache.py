@@ -188,9 +188,10 @@ def test_the_source_digest_is_kept_under_the_files_stats(tmp_path, monkeypatch):
     open(kept, "w").write("f" * 64)  # (what the file says is what a process with these stats uses)
     monkeypatch.setattr(lc, "_fnx_digest", [])
     assert lc._fnx_source_digest(str(tmp_path)) == "f" * 64
-    open(kept, "w").write("damaged")
-    monkeypatch.setattr(lc, "_fnx_digest", [])
-    assert lc._fnx_source_digest(str(tmp_path)) == full
+    for damaged in (b"damaged", b"\x9a" * 64, b"g" * 64):
+        open(kept, "wb").write(damaged)
+        monkeypatch.setattr(lc, "_fnx_digest", [])
+        assert lc._fnx_source_digest(str(tmp_path)) == full
     source = lc.__file__
     st = os.stat(source)
     try:
