@@ -330,9 +330,8 @@ class Array:
         """A DLPack capsule of the value (docs/RUNTIME.md): a CUDA array's own GPU memory, marked read-only (an
         Array is immutable); otherwise host memory, an OpenCL array copied there. A consumer that cannot take
         DLPack 1.0's read-only flag gets a writable copy."""
-        buffer = self._concrete_buffer()
-        export = getattr(device_of(buffer).allocator, "dlpack_export", None) if buffer is not None else None
-        if export is not None and dl_device in (None, self.__dlpack_device__()):
+        buffer, export, device = self._dlpack_source()
+        if export is not None and dl_device in (None, device):
             return export(buffer, self._shape, stream=stream, max_version=max_version, copy=copy)
         if buffer is not None and copy is False and not buffer.in_host_memory:
             raise BufferError(f"__dlpack__: an array on {buffer.device} reaches the host only as a copy, and "
@@ -348,17 +347,18 @@ class Array:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCUDA, ordinal) for an array on a GPU; (kDLCPU, 0) for the rest (exported through host memory)."""
-        buffer = self._concrete_buffer()
-        if buffer is not None and getattr(device_of(buffer).allocator, "dlpack_export", None) is not None:
-            return (dlpack.CUDA, device_of(buffer).id)
-        return (dlpack.CPU, 0)
+        return self._dlpack_source()[2]
 
-    def _concrete_buffer(self) -> Buffer | None:
-        """The single-device buffer holding the value (computed first where it is lazy); None for a sharded
-        array. Raises under a trace, where there is no value."""
+    def _dlpack_source(self) -> tuple[Buffer | None, Any, tuple[int, int]]:
+        """(the single-device buffer holding the value, None for a sharded array; its device's zero-copy DLPack
+        export, None where the value goes through host memory; the DLPack device). The value is computed first
+        where it is lazy; raises under a trace, where there is no value."""
         if self._buffer is None: self._value()
         buffer = self._buffer
-        return None if buffer is None or buffer.is_sharded else buffer
+        if buffer is None or buffer.is_sharded: return None, None, (dlpack.CPU, 0)
+        device = device_of(buffer)
+        export = getattr(device.allocator, "dlpack_export", None)
+        return buffer, export, (dlpack.CUDA, device.id) if export is not None else (dlpack.CPU, 0)
 
 
 # ---- eager execution ----
