@@ -1,0 +1,111 @@
+"""Division by a value computed outside the inner loop becomes a multiply by its reciprocal (fnx/lower/divide.py).
+
+The oracle is float64 numpy rounded to the dtype: quotients within 2 ulp, and exactly a division's result for
+zeros, infinities, NaNs and divisors whose reciprocal is not a normal number. Each test also checks, in the
+kernel's linearized text, that the rewrite happened (or did not), so none passes without exercising it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+
+RNG = np.random.default_rng(11)
+
+# per-row divisors: ordinary ones, then the edges of float32's reciprocal range and the special values
+EDGES32 = [3.0, -7.25, 1e-3, 0.1, 2.0 ** -126, 1e-39, -1e-39, 1e-45, 2.0 ** 126, 3e38, -3e38, 1.7e38, 0.0, -0.0,
+           np.inf, -np.inf, np.nan]
+
+
+def _ops(fn, *args) -> str:
+    return fnx.jit(fn).lower(*map(jnp.asarray, args)).as_text("linearize")
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Distance in units in the last place between two arrays of one float dtype (finite, same-sign values)."""
+    bits = {np.float32: np.int32, np.float64: np.int64}[got.dtype.type]
+    g, w = got.view(bits).astype(np.int64), want.view(bits).astype(np.int64)
+    return np.abs(g - w)
+
+
+def _check_quotients(got: np.ndarray, x: np.ndarray, b: np.ndarray) -> None:
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.float64) / b.astype(np.float64)).astype(x.dtype)  # (float64 holds every float32 quotient)
+        exact = x / b
+    special = ~np.isfinite(want) | (want == 0) | ~np.isfinite(x) | ~np.isfinite(b) | (b == 0)
+    np.testing.assert_array_equal(got[special], exact[special])  # NaN == NaN here, and the signs of zeros count
+    assert (np.signbit(got[special]) == np.signbit(exact[special])).all()
+    assert _ulps(got[~special], want[~special]).max(initial=0) <= 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_divisor_is_one_reciprocal_per_row(dtype):
+    """x / b with b (rows, 1): one reciprocal per row, a multiply per element (the kernel has no division left)."""
+    edges = EDGES32 + ([1e-310, -1e-310, 2.0 ** 1022, 1.7e308, 2.0 ** -1022] if dtype == np.float64 else [])
+    b = np.array(edges + list(RNG.standard_normal(40) * 10.0 ** RNG.integers(-30, 30, 40)), dtype)[:, None]
+    x = (RNG.standard_normal((len(b), 100)) * 10.0 ** RNG.integers(-35, 35, (len(b), 100))).astype(dtype)
+    x[:, :6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30]
+    fn = lambda x, b: x / b  # noqa: E731
+    text = _ops(fn, x, b)
+    assert " recip " in text and " div " not in text
+    _check_quotients(np.asarray(fnx.jit(fn)(x, b)), x, b)
+
+
+def test_small_divisors_keep_their_quotient():
+    """1e-30 / 1e-39 is 1e9 and 1e38 / 3e38 is 0.33: the reciprocal of a divisor outside the normal range is taken
+    of a scaled divisor (JAX on the CPU gives inf and 0)."""
+    x = np.array([[1e-30] * 16, [1e38] * 16, [1e-20] * 16], np.float32)
+    b = np.array([[1e-39], [3e38], [2.0 ** -140]], np.float32)
+    got = np.asarray(fnx.jit(lambda x, b: x / b)(x, b))
+    np.testing.assert_allclose(got[:, 0], (x[:, 0].astype(np.float64) / b[:, 0]), rtol=3e-7)
+
+
+def test_layernorm_divides_once_per_row_and_matches_float64():
+    """W10's step: (x - mean) / sqrt(var + eps), vectorized along the row, the divisor a scalar per row."""
+    x = RNG.standard_normal((64, 1024)).astype(np.float32)
+
+    def f(x):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    assert " div " not in _ops(f, x)
+    w = x.astype(np.float64)
+    want = (w - w.mean(-1, keepdims=True)) / np.sqrt(w.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(x)), want, rtol=2e-6, atol=2e-6)
+
+
+def test_constant_divisor():
+    x = (RNG.standard_normal(1000) * 1e3).astype(np.float32)
+    x[:4] = [0.0, -0.0, np.inf, np.nan]
+    fn = lambda x: x / 3.0  # noqa: E731
+    assert " div " not in _ops(fn, x)
+    _check_quotients(np.asarray(fnx.jit(fn)(x)), x, np.full_like(x, 3.0))
+
+
+def test_a_divisor_that_varies_along_the_inner_loop_keeps_the_division():
+    """Elementwise divisors and a divisor per column (it varies along the vectorized row): a reciprocal would be
+    one more op per element, so these stay divisions, correctly rounded (bitwise numpy's)."""
+    x = RNG.standard_normal((33, 70)).astype(np.float32)
+    for b in (RNG.standard_normal((33, 70)).astype(np.float32), RNG.standard_normal(70).astype(np.float32)):
+        fn = lambda x, b: x / b  # noqa: E731
+        assert " div " in _ops(fn, x, b)
+        np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, b)), x / b)
+
+
+def test_half_precision_keeps_the_division():
+    """float16 rounds every op's result: a reciprocal's rounding would add to the quotient's, so it divides."""
+    x = RNG.standard_normal((8, 64)).astype(np.float16)
+    b = RNG.standard_normal((8, 1)).astype(np.float16)
+    fn = lambda x, b: x / b  # noqa: E731
+    assert " div " in _ops(fn, x, b)
+    np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, b)), x / b)
+
+
+def test_divisor_outside_a_reduce_loop():
+    """sum(x / s) over rows, s a scalar per row: the division inside the reduce loop, its reciprocal outside."""
+    x = RNG.standard_normal((16, 300)).astype(np.float32)
+    s = (RNG.random((16, 1)) + 0.5).astype(np.float32)
+    fn = lambda x, s: (x / s).sum(-1)  # noqa: E731
+    assert " div " not in _ops(fn, x, s)
+    np.testing.assert_allclose(np.asarray(fnx.jit(fn)(x, s)), (x.astype(np.float64) / s).sum(-1), rtol=1e-5,
+                               atol=1e-5)
