@@ -144,15 +144,30 @@ class LLVMCompiler:
         return self.submit(source).result()
 
     def submit(self, source: str):
-        return _llvm_thread.submit(self._timed_compile, source, events.current_name())
+        """A future of `compile(source)`."""
+        return _llvm_thread.submit(self._compiled, source, events.current_name())
 
-    def _timed_compile(self, source: str, name: str):
-        """`_compile` on an LLVM thread, reported as one event per module under the name of whose it is."""
-        if not events.active: return self._compile(source)[:2]
+    def submit_object(self, source: str):
+        """A future of (object code, module) of LLVM IR `source`, compiled on an LLVM thread; `link` makes the
+        objects of several modules one engine."""
+        return _llvm_thread.submit(self._timed_object, source, events.current_name())
+
+    def link(self, objects: list[bytes]):
+        """One engine holding the machine code of every object (linking each module's in an engine of its own
+        costs ~1.7 ms a module: a target machine, an engine and a finalize each)."""
+        return _llvm_thread.submit(self._engine, objects).result()
+
+    def _compiled(self, source: str, name: str):
+        obj, module = self._timed_object(source, name)
+        return self._engine([obj]), module
+
+    def _timed_object(self, source: str, name: str):
+        """`_object` on an LLVM thread, reported as one event per module under the name of whose it is."""
+        if not events.active: return self._object(source)[:2]
         with events.span("llvm", f"{name}: LLVM module", chars=len(source)) as found:
-            engine, module, hit = self._compile(source)
+            obj, module, hit = self._object(source)
             found.update(object_cache="hit" if hit else "miss")
-        return engine, module
+        return obj, module
 
     def assembly(self, modules: list) -> str:
         """The assembly of compiled modules; a module linked from the disk cache is its IR source (it was never
@@ -174,9 +189,9 @@ class LLVMCompiler:
         _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
         return module
 
-    def _compile(self, source: str) -> tuple:
-        """(engine, module, whether the object code came from the disk cache). Object code found in the cache is
-        linked as it is: its IR is not even parsed (parsing was most of a warm module's cost), and the module
+    def _object(self, source: str) -> tuple:
+        """(object code, module, whether the object code came from the disk cache). Object code found in the cache
+        is used as it is: its IR is not even parsed (parsing was most of a warm module's cost), and the module
         handed back is then the IR source."""
         self._ready.result()
         llvm = self.llvm
@@ -192,13 +207,17 @@ class LLVMCompiler:
             module.verify()
             obj = _object_code(self._machine, self._optimized(module))
             self._cache.store(key, obj)
-        # the engine only links the object code (into an empty module of its own); it owns the target machine it
-        # is given and destroys it with itself: give each its own
+        return obj, module, hit
+
+    def _engine(self, objects: list[bytes]):
+        """An engine that links the object code (into an empty module of its own); it owns the target machine it
+        is given and destroys it with itself: give each its own."""
+        llvm = self.llvm
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly("", llvm.create_context()),
                                             self.llvm_target.create_target_machine(**self.machine_options))
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        for obj in objects: engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
-        return engine, module, hit
+        return engine
 
 
 def _unlocked(name: str):
@@ -279,7 +298,7 @@ class _Modules:
 
     def __init__(self, compiler: LLVMCompiler, renderer: LLVMRenderer):
         self.compiler, self.renderer, self.pending, self.size = compiler, renderer, [], 0
-        self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (engine, module))
+        self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (object code, module))
         self.sources: list[str] = []
 
     def add(self, kernels: list) -> None:
@@ -294,18 +313,16 @@ class _Modules:
         if not self.pending: return
         source = self.renderer.module([(t, d) for _, t, d in self.pending])
         self.sources.append(source)
-        self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit(source)))
+        self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit_object(source)))
         self.pending, self.size = [], 0
 
     def finish(self) -> tuple[dict, list]:
-        """{kernel name: its engine} and the modules, once every module is compiled."""
+        """{kernel name: its engine} and the modules, once every module is compiled: one engine links them all."""
         self.flush()
-        engine_of, modules = {}, []
-        for names, job in self.jobs:
-            engine, module = job.result()
-            modules.append(module)
-            engine_of.update((n, engine) for n in names)
-        return engine_of, modules
+        if not self.jobs: return {}, []
+        objects, modules = zip(*(job.result() for _, job in self.jobs))
+        engine = self.compiler.link(list(objects))
+        return {n: engine for names, _ in self.jobs for n in names}, list(modules)
 
 
 _lowerings = LRUCache(256)
@@ -323,9 +340,9 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     with _quick_gil_handoffs():
         start = time.perf_counter()
         def link(sources):  # lowered by an earlier process: its modules' object code is in the compile cache too
-            for names, source in sources:  # (linked on the LLVM threads while the kernels are decoded)
+            for names, source in sources:  # (read on the LLVM threads while the kernels are decoded)
                 modules.sources.append(source)
-                modules.jobs.append((names, device.compiler.submit(source)))
+                modules.jobs.append((names, device.compiler.submit_object(source)))
         hit = disk.load(disk_key, fn, link) if disk_key is not None else None
         if hit is not None and events.active:
             events.finished("lower", events.current_name(), start, lowering_cache="hit",
@@ -339,7 +356,7 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
             if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
                 source = module_source([(render_driver(c), set()) for c in lowering.chains])
                 modules.sources.append(source)
-                modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit(source)))
+                modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit_object(source)))
         if any(k.thread_range >= 0 for k, lines in lowering.kernels if lines is not None):
             native_pool.start(device.compiler, device.threads - 1)  # (while LLVM finishes: the first run uses it)
         engine_of, compiled = modules.finish()

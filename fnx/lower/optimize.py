@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 
 from fnx import dtypes
 from fnx.lower.cost import _ranges_in, kernel_flops
-from fnx.lower.divide import hoist_divisions
+from fnx.lower.arith import float_arithmetic
 from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import INDEX, Kernel, linear_index, reduce_identity
 from fnx.lower.symbolic import build, simplify_kernel, terms
@@ -970,7 +970,7 @@ def optimize(kernel: Kernel, target: Target, opts: list[Opt] | None = None, new_
     out = [x for p in k.prelude for x in optimize(p, target, None if p.reduce_ranges else _pack_copy_opts(p, target))]
     if k.init: out.append(apply_opts(k.init[0], heuristic_opts(k.init[0], target)))
     out.append(replace(k, name=f"{kernel.name}_acc" if k.init else k.name, init=(), prelude=()))
-    if not target.grid: out = [hoist_divisions(x) for x in out]
+    if not target.grid: out = [float_arithmetic(x) for x in out]
     if new_buffer is None or not any(a < 0 for x in out for a in x.args): return out
     ids = {}
     for x in out:  # each placeholder is the output of the prelude kernel that writes it

@@ -94,7 +94,8 @@ def test_outputs_reuse_memory_across_calls_but_never_memory_a_user_holds():
     held = [np.asarray(f(x * float(i))) for i in range(6)]  # views keep their blocks from being reused
     assert len({h.ctypes.data for h in held}) == len(held)
     for i, h in enumerate(held):
-        np.testing.assert_allclose(h, x_np * float(i) * 1.5 + 0.1, rtol=1e-6)
+        # (x * 1.5 + 0.1 is one fused multiply-add, as XLA's: near 0 it differs from numpy's two roundings)
+        np.testing.assert_allclose(h, x_np * float(i) * 1.5 + 0.1, rtol=1e-6, atol=1e-6 * (i + 1))
 
 
 def test_intermediates_go_back_to_the_pool_after_the_call():
@@ -140,7 +141,7 @@ def test_donated_update_matches_and_writes_into_the_donated_memory():
     for k in params:
         np.testing.assert_allclose(np.asarray(new_p[k]), np.asarray(plain_params[k]), rtol=1e-6)
         np.testing.assert_allclose(np.asarray(new_v[k]), np.asarray(plain_velocity[k]), rtol=1e-6)
-        np.testing.assert_allclose(np.asarray(new_v[k]), 0.9 * velocity[k] + grads[k], rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(new_v[k]), 0.9 * velocity[k] + grads[k], rtol=1e-6, atol=1e-6)
         assert (new_p[k]._buffer.ptr, new_v[k]._buffer.ptr) == addresses[k]
         assert p[k].is_deleted() and v[k].is_deleted()
     with pytest.raises(RuntimeError, match="deleted.*donated"):
@@ -359,7 +360,8 @@ def test_fork_after_queued_calls():
 
 def test_kernels_compile_in_several_modules_while_lowering_runs():
     """The LLVM thread compiles modules of finished kernels while later ones are lowered: a program with many
-    kernels gets several modules, every kernel is found in one, and the assembly covers all of them."""
+    kernels gets several modules, every kernel is found in one, and the assembly covers all of them. One engine
+    links the modules' object code (an engine per module cost ~1.7 ms each)."""
     from assertions import mlp_step
     rng = np.random.default_rng(0)
     p = {"w1": rng.standard_normal((64, 96)).astype(np.float32) * 0.1, "b1": np.zeros(96, np.float32),
@@ -367,7 +369,7 @@ def test_kernels_compile_in_several_modules_while_lowering_runs():
     x, onehot = rng.standard_normal((32, 64)).astype(np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]
     lowered = fnx.jit(mlp_step).lower(p, x, onehot)
     exe = lowered.executable
-    assert len(exe.modules) > 1 and len(exe.engines) == len(exe.modules)
+    assert len(exe.modules) > 1 and len(exe.engines) == 1
     names = [k.name for k, lines in exe.lowering.kernels if lines is not None]
     assert all(f"define void @{n}(" in lowered.as_text("llvm") for n in names)
     asm = lowered.as_text("asm")

@@ -1,8 +1,10 @@
-"""Division by a value computed outside the inner loop becomes a multiply by its reciprocal (fnx/lower/divide.py).
+"""Float arithmetic after the schedule (fnx/lower/arith.py): a division by a value computed outside the inner loop
+becomes a multiply by its reciprocal, and a product added to a non-product one fused multiply-add.
 
 The oracle is float64 numpy rounded to the dtype: quotients within 2 ulp, and exactly a division's result for
-zeros, infinities, NaNs and divisors whose reciprocal is not a normal number. Each test also checks, in the
-kernel's linearized text, that the rewrite happened (or did not), so none passes without exercising it."""
+zeros, infinities, NaNs and divisors whose reciprocal is not a normal number; a contracted `x * y + z` is the
+float64 sum of the exact product rounded once. Each test also checks, in the kernel's text, that the rewrite
+happened (or did not), so none passes without exercising it."""
 from __future__ import annotations
 
 import numpy as np
@@ -109,3 +111,48 @@ def test_divisor_outside_a_reduce_loop():
     assert " div " not in _ops(fn, x, s)
     np.testing.assert_allclose(np.asarray(fnx.jit(fn)(x, s)), (x.astype(np.float64) / s).sum(-1), rtol=1e-5,
                                atol=1e-5)
+
+
+def _llvm(fn, *args) -> str:
+    return fnx.jit(fn).lower(*map(jnp.asarray, args)).compile().as_text("llvm")
+
+
+def test_product_plus_value_is_one_fused_multiply_add():
+    """x * y + z rounds once: the float64 sum of the exact float32 product, rounded to float32 (as XLA's CPU
+    contraction gives); rounding the product first differs on about a quarter of random inputs."""
+    x, y, z = (RNG.standard_normal(4096).astype(np.float32) for _ in range(3))
+    fn = lambda x, y, z: x * y + z  # noqa: E731
+    assert "fmuladd" in _llvm(fn, x, y, z)
+    fused = (x.astype(np.float64) * y + z).astype(np.float32)  # (the product is exact in float64)
+    got = np.asarray(fnx.jit(fn)(x, y, z))
+    assert _ulps(got, fused).max() <= 1 and (got == fused).mean() > 0.999
+    assert (x * y + z != fused).mean() > 0.1  # (the two roundings are told apart by these inputs)
+    minus = lambda x, y, z: x * y - z  # noqa: E731  (x * y + z * -1: a negation is not a product)
+    assert "fmuladd" in _llvm(minus, x, y, z)
+    got, fused = np.asarray(fnx.jit(minus)(x, y, z)), (x.astype(np.float64) * y - z).astype(np.float32)
+    assert _ulps(got, fused).max() <= 1 and (got == fused).mean() > 0.999
+
+
+def test_a_difference_of_products_is_not_contracted():
+    """a*b - b*a is exactly 0, and z * conj(z) has no imaginary part: neither product is fused."""
+    a, b = (RNG.standard_normal(512).astype(np.float32) for _ in range(2))
+    fn = lambda a, b: a * b - b * a  # noqa: E731
+    assert "fmuladd" not in _llvm(fn, a, b)
+    assert (np.asarray(fnx.jit(fn)(a, b)) == 0).all()
+    zc = (a + 1j * b).astype(np.complex64)
+    assert (np.asarray(fnx.jit(lambda z: z * jnp.conj(z))(zc)).imag == 0).all()
+
+
+def test_a_product_with_another_use_is_rounded_once_for_both():
+    """(x*y + z) + x*y: the one product node feeds both adds, so it is rounded once and neither add is fused."""
+    x, y, z = (RNG.standard_normal(256).astype(np.float32) for _ in range(3))
+    fn = lambda x, y, z: (x * y + z) + x * y  # noqa: E731
+    assert "fmuladd" not in _llvm(fn, x, y, z)
+    np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, y, z)), (x * y + z) + x * y)
+
+
+def test_half_precision_product_rounds_before_the_add():
+    """float16 rounds every op (TESTING.md: numpy float16 step by step is the oracle), so no fused multiply-add."""
+    x, y, z = (RNG.standard_normal(256).astype(np.float16) for _ in range(3))
+    fn = lambda x, y, z: x * y + z  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, y, z)), x * y + z)
