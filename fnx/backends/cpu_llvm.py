@@ -702,6 +702,7 @@ class CPUDevice(Device):
                          target=host_target(self.threads, config.cpu_target),
                          renderer=LLVMRenderer(), compiler=_compiler())
         self.stream, self.pool = Stream(self.name), _workers()
+        native_pool.prepare(self.compiler, self.threads - 1)
 
     def executable(self, fn: UOp) -> CPUExecutable:
         return CPUExecutable(fn, self)

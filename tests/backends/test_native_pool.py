@@ -76,3 +76,28 @@ def test_a_forked_child_starts_its_own_workers(pool):
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+def test_the_workers_code_is_compiled_when_the_device_is_made_and_used_by_the_pool():
+    """A fresh process: making the cpu device submits the workers' code to the LLVM thread (no worker thread yet);
+    the first thread-split program's pool takes that code, and its results are right."""
+    import subprocess
+    import sys
+    program = """
+import threading, numpy as np
+import fnx, fnx.numpy as jnp
+from fnx.backends import native_pool
+x = jnp.asarray(np.arange(1 << 21, dtype=np.float32))
+threads = fnx.backends.cpu_llvm._cpu_device(0).threads
+if threads > 1:
+    assert len(native_pool._code) == 1 and not native_pool._pools
+    assert not any(t.name == "fnx-native" for t in threading.enumerate())
+got = np.asarray(fnx.jit(lambda x: x * 3 - 1)(x))
+assert np.array_equal(got, np.arange(1 << 21, dtype=np.float32) * 3 - 1)
+if threads > 1: assert not native_pool._code and native_pool._pools
+print("ok", threads)
+"""
+    env = dict(os.environ, FNX_CPU_THREADS="2")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "2"]
