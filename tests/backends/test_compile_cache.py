@@ -74,11 +74,15 @@ def test_a_valid_file_under_another_keys_name_is_recompiled(tmp_path):
     mine = tmp_path / "mine"
     cold, _, _ = run(str(mine))
     targets = [os.path.join(r, n) for r, _, files in os.walk(mine) for n in files if n.endswith(".o")]
-    assert donors and targets
-    for i, path in enumerate(targets):
+    # (both programs compile the native workers' code: the same key, one file name, which stays a valid hit)
+    shared = {os.path.basename(d) for d in donors} & {os.path.basename(t) for t in targets}
+    donors = [d for d in donors if os.path.basename(d) not in shared]
+    replaced = [t for t in targets if os.path.basename(t) not in shared]
+    assert donors and replaced
+    for i, path in enumerate(replaced):
         with open(donors[i % len(donors)], "rb") as f, open(path, "wb") as g: g.write(f.read())
     again, hits, misses = run(str(mine))
-    assert hits == 0 and misses == len(targets) and again == cold
+    assert hits == len(targets) - len(replaced) and misses == len(replaced) and again == cold
     warm, hits, misses = run(str(mine))  # and the recompiled entries are good again
     assert misses == 0 and warm == cold
 
