@@ -38,16 +38,22 @@ def float_arithmetic(k: Kernel) -> Kernel:
     """`k` with each float DIV whose divisor is computed outside the DIV's innermost loop or its vector lanes made a
     multiply by the divisor's reciprocal, then each product added to a non-product with no other use contracted
     (module doc). A kernel with neither is returned as it is."""
-    order = k.sink.toposort
-    divs = [u for u in order if u.op is Ops.DIV and u.dtype in _RANGE]
+    divs = [u for u in k.sink.toposort if u.op is Ops.DIV and u.dtype in _RANGE]
     deps = range_deps(k.sink, frozenset(k.ranges)) if divs else {}
     hoisted = {u for u in divs if _outside(k, deps[u], deps[u.src[1]])}
-    new: dict[UOp, UOp] = {}
-    for u in order:  # (a kernel's graph has no bodies: one walk rebuilds it)
-        src = tuple(new[s] for s in u.src)
-        new[u] = _by_reciprocal(*src) if u in hoisted else with_src(u, src)
-    sink = _contracted(new[k.sink])
+    sink = _contracted(_rebuilt(k.sink, {u: _by_reciprocal for u in hoisted}))
     return k if sink is k.sink else replace(k, sink=sink)
+
+
+def _rebuilt(sink: UOp, rules: dict) -> UOp:
+    """`sink` with each node in `rules` made by its rule from its rebuilt sources (a kernel's graph has no bodies:
+    one walk rebuilds it); `sink` itself when there is none."""
+    if not rules: return sink
+    new: dict[UOp, UOp] = {}
+    for u in sink.toposort:
+        src = tuple(new[s] for s in u.src)
+        new[u] = rules[u](*src) if u in rules else with_src(u, src)
+    return new[sink]
 
 
 def _contracted(sink: UOp) -> UOp:
@@ -63,15 +69,16 @@ def _contracted(sink: UOp) -> UOp:
         if u.op is not Ops.MUL: return False
         return (neg := negation(u)) is None or neg.op is Ops.MUL
 
-    new: dict[UOp, UOp] = {}
+    def fused(p: int):  # the ADD with its product first (the renderer fuses the first source)
+        return lambda *src: UOp(Ops.ADD, src[p].dtype, (src[p], src[1 - p]), "contract")
+
+    rules = {}
     for u in order:
-        src = tuple(new[s] for s in u.src)
-        products = [i for i, s in enumerate(u.src) if product(s)] if u.op is Ops.ADD and u.arg is None else []
-        if (u.dtype in _RANGE and len(products) == 1 and uses[p := u.src[products[0]]] == 1 and
-                negation(p) is None):  # the product first: the renderer fuses the first source
-            new[u] = UOp(Ops.ADD, u.dtype, (src[products[0]], src[1 - products[0]]), "contract")
-        else: new[u] = with_src(u, src)
-    return new[sink]
+        if u.op is not Ops.ADD or u.arg is not None or u.dtype not in _RANGE: continue
+        products = [i for i, s in enumerate(u.src) if product(s)]
+        if len(products) == 1 and uses[p := u.src[products[0]]] == 1 and negation(p) is None:
+            rules[u] = fused(products[0])
+    return _rebuilt(sink, rules)
 
 
 def _outside(k: Kernel, div: frozenset, divisor: frozenset) -> bool:

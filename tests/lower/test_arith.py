@@ -156,3 +156,24 @@ def test_half_precision_product_rounds_before_the_add():
     x, y, z = (RNG.standard_normal(256).astype(np.float16) for _ in range(3))
     fn = lambda x, y, z: x * y + z  # noqa: E731
     np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, y, z)), x * y + z)
+
+
+def test_dividing_2_to_the_26_elements_by_their_max_twice_and_from_threads():
+    """x / x.max() over 2^26 elements (threads and vectors split it; the divisor is one scalar): within 2 ulp of
+    numpy's correctly rounded quotient, on the first call and on a cached one, and from 4 threads at once."""
+    import threading
+    x = RNG.standard_normal(1 << 26).astype(np.float32)
+    want = x / x.max()
+    fn = fnx.jit(lambda x: x / x.max())
+    assert " div " not in fn.lower(jnp.asarray(x)).as_text("linearize")
+    xs = jnp.asarray(x)
+    for _ in range(2): assert _ulps(np.asarray(fn(xs)), want).max() <= 2
+    small = [RNG.standard_normal(1 << 16).astype(np.float32) for _ in range(4)]
+    got = [None] * 4
+
+    def work(i):
+        got[i] = np.asarray(fn(jnp.asarray(small[i])))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    for s, g in zip(small, got): assert _ulps(g, s / s.max()).max() <= 2
