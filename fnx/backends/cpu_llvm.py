@@ -143,9 +143,10 @@ class LLVMCompiler:
         """(engine, module) of LLVM IR `source`, compiled on an LLVM thread."""
         return self.submit(source).result()
 
-    def submit(self, source: str):
-        """A future of `compile(source)`."""
-        return _llvm_thread.submit(self._compiled, source, events.current_name())
+    def submit(self, source: str, report: bool = True):
+        """A future of `compile(source)`; `report=False` for work ahead of need (no event: FNX_DEBUG would print it
+        whenever it finished, in the middle of the program's own output)."""
+        return _llvm_thread.submit(self._compiled, source, events.current_name() if report else None)
 
     def submit_object(self, source: str):
         """A future of (object code, module) of LLVM IR `source`, compiled on an LLVM thread; `link` makes the
@@ -161,9 +162,10 @@ class LLVMCompiler:
         obj, module = self._timed_object(source, name)
         return self._engine([obj]), module
 
-    def _timed_object(self, source: str, name: str):
-        """`_object` on an LLVM thread, reported as one event per module under the name of whose it is."""
-        if not events.active: return self._object(source)[:2]
+    def _timed_object(self, source: str, name: str | None):
+        """`_object` on an LLVM thread, reported as one event per module under the name of whose it is (None: not
+        reported)."""
+        if name is None or not events.active: return self._object(source)[:2]
         with events.span("llvm", f"{name}: LLVM module", chars=len(source)) as found:
             obj, module, hit = self._object(source)
             found.update(object_cache="hit" if hit else "miss")

@@ -174,7 +174,8 @@ def prepare(compiler, workers: int) -> None:
     """Compile the workers' code on the LLVM thread now (a device with `workers` native workers is being made):
     the LLVM thread is idle while the first function is traced, and linking the code (~1.5 ms, an engine of its
     own) then no longer competes with the program's own modules. No thread starts until `start` or `pool`."""
-    if workers >= 1 and _X86 and not _pools and compiler not in _code: _code[compiler] = compiler.submit(SOURCE)
+    if workers >= 1 and _X86 and not _pools and compiler not in _code:
+        _code[compiler] = compiler.submit(SOURCE, report=False)
 
 
 def start(compiler, workers: int) -> None:
