@@ -52,10 +52,16 @@ def _flag(*names: str) -> bool:
     return False
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (`taskset`, a container's cpuset), not all the machine's: a worker thread
+    beyond them shares a core with the caller, and every chunk handed to it waits for a time slice."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _read() -> Config:
     cache = os.environ.get("FNX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fnx"))
     return Config(device=os.environ.get("FNX_DEVICE", "cpu"), debug=int(os.environ.get("FNX_DEBUG", "0") or 0),
-                                cpu_threads=int(os.environ.get("FNX_CPU_THREADS", "0") or 0) or (os.cpu_count() or 1),
+                                cpu_threads=int(os.environ.get("FNX_CPU_THREADS", "0") or 0) or usable_cpus(),
                                 cache_dir=cache or None, beam=int(os.environ.get("FNX_BEAM", "0") or 0),
                                 executables=int(os.environ.get("FNX_EXECUTABLES", "512") or 512),
                                 cpu_devices=_positive("FNX_CPU_DEVICES", "1"),

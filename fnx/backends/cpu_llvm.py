@@ -31,7 +31,7 @@ from fnx.backends.control import run_control
 from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
 from fnx.backends.llvm_render import module_source, render_function
 from fnx.backends.lowering_cache import LoweringCache
-from fnx.config import config
+from fnx.config import config, usable_cpus
 from fnx.lower.memory import donation_aliases
 from fnx.lower.optimize import overriding
 from fnx.lower.pipeline import STAGES, lower
@@ -48,7 +48,7 @@ PIPELINE = "O2 slp-vectorize"  # part of every cache key: change it when the pas
 def _llvm_workers() -> int:
     """Threads compiling LLVM modules at once: one per core (LLVM's optimizer and code generator release the GIL,
     and a cold program's modules are independent), at most 4 (more only contend with lowering's own thread)."""
-    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return max(1, min(4, usable_cpus()))
 
 
 class _LLVMThreads:

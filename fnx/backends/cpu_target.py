@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import llvmlite.binding as llvm
 
+from fnx.config import usable_cpus
 from fnx.lower.target import Target
 
 _V2 = ("cx16", "sahf", "popcnt", "crc32", "sse3", "ssse3", "sse4.1", "sse4.2")
@@ -74,7 +75,7 @@ def _native() -> Target:
     host = _host_features()
     triple = llvm.get_default_triple()
     facts = _vector_facts({f for f, on in host.items() if on}, triple)
-    return Target(llvm.get_host_cpu_name(), triple, host.flatten(), *facts, *_caches(), _cores(), threads=1)
+    return Target(llvm.get_host_cpu_name(), triple, host.flatten(), *facts, *_caches(), usable_cpus(), threads=1)
 
 
 @functools.cache
@@ -150,10 +151,6 @@ def _sysconf(key: str) -> int:
         return max(0, os.sysconf(key)) if key in os.sysconf_names else 0
     except (OSError, ValueError):
         return 0
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 __all__ = ["host_target", "named_target", "LEVELS"]

@@ -21,6 +21,11 @@ import threading
 import numpy as np
 
 SPINS = 20_000   # pause-loop iterations (a few ms) before an idle worker falls back to polling with usleep(50)
+YIELD_AFTER = 1024  # pause-loop iterations (tens of us) of a wait, in the workers' and the caller's spins, after
+YIELD_EVERY = 32    # which every 32nd also calls sched_yield: the scheduler sometimes starts a worker on the caller's
+                    # core and leaves it there for many ms (a 2-core VM, 3 of 10 warm W7 runs: each chunk hand-off
+                    # waited for a time slice, the first call 18 -> 28 ms); a yield lets the other thread run. Not
+                    # from the first spin: yields in every short wait slowed a 1M-element tanh by 5-10%
 NAPS = 200       # polls at 50 us (about 10 ms) before it sleeps in 2 ms steps: an idle process costs under 1% CPU
 # control block: 0 sequence, 1 done, 2 packed kernel address, 3 argument array address, 4 lo, 5 hi, 6 quit,
 # 7 asleep (set by a worker in its 2 ms sleeps; a caller clears it to call the worker back)
@@ -28,6 +33,7 @@ CTRL_WORDS = 8
 
 SOURCE = f"""
 declare i32 @usleep(i32)
+declare i32 @sched_yield()
 declare void @llvm.x86.sse2.pause()
 
 define void @fnx_worker(ptr %ctrl) {{
@@ -44,7 +50,7 @@ wait:
   %last = phi i64 [0, %entry], [%seq, %run], [%last, %poked]
   br label %spin
 spin:
-  %n = phi i64 [0, %wait], [%n.next, %pause], [%n.next, %nap], [%n.next, %still]
+  %n = phi i64 [0, %wait], [%n.next, %pause], [%n.next, %give], [%n.next, %nap], [%n.next, %still]
   %seq = load atomic i64, ptr %ctrl acquire, align 8
   %new = icmp ne i64 %seq, %last
   br i1 %new, label %run, label %idle
@@ -58,6 +64,13 @@ more:
   br i1 %long, label %tired, label %pause
 pause:
   call void @llvm.x86.sse2.pause()
+  %turn = and i64 %n.next, {YIELD_EVERY - 1}
+  %late = icmp ugt i64 %n.next, {YIELD_AFTER}
+  %due = icmp eq i64 %turn, 0
+  %yield = and i1 %late, %due
+  br i1 %yield, label %give, label %spin
+give:
+  %ignored3 = call i32 @sched_yield()
   br label %spin
 tired:
   %drowsy = icmp ugt i64 %n.next, {SPINS + NAPS}
@@ -95,13 +108,22 @@ entry:
   %done.p = getelementptr i64, ptr %ctrl, i64 1
   br label %spin
 spin:
-  %n = phi i64 [0, %entry], [%n.next, %again]
+  %n = phi i64 [0, %entry], [%n.next, %next]
   %done = load atomic i64, ptr %done.p acquire, align 8
   %ok = icmp eq i64 %done, %seq
   br i1 %ok, label %yes, label %again
 again:
   call void @llvm.x86.sse2.pause()
   %n.next = add i64 %n, 1
+  %turn = and i64 %n.next, {YIELD_EVERY - 1}
+  %late = icmp ugt i64 %n.next, {YIELD_AFTER}
+  %due = icmp eq i64 %turn, 0
+  %yield = and i1 %late, %due
+  br i1 %yield, label %give, label %next
+give:
+  %ignored = call i32 @sched_yield()
+  br label %next
+next:
   %more = icmp ult i64 %n.next, %spins
   br i1 %more, label %spin, label %no
 yes:

@@ -101,3 +101,29 @@ print("ok", threads)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "2"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+@pytest.mark.parametrize("threads", ["", "2"])
+def test_a_process_limited_to_one_cpu(threads):
+    """`taskset -c 0` (or a container's cpuset): by default fnx uses the one CPU it may run on, not the machine's
+    count; with FNX_CPU_THREADS=2 forced, the worker shares the caller's core and the results stay right (its
+    waits and the caller's yield, so each hand-off does not wait for a time slice)."""
+    import subprocess
+    import sys
+    program = """
+import numpy as np
+import fnx, fnx.numpy as jnp
+x = np.random.default_rng(0).standard_normal(1 << 21).astype(np.float32)
+f = fnx.jit(lambda x: jnp.tanh(x) * 2 + 1)
+xa = jnp.asarray(x)
+outs = [np.asarray(f(xa)) for _ in range(30)]
+for out in outs: np.testing.assert_allclose(out, np.tanh(x) * 2 + 1, rtol=1e-6, atol=1e-6)
+print("ok", fnx.backends.cpu_llvm._cpu_device(0).threads)
+"""
+    cpu = min(os.sched_getaffinity(0))
+    env = dict(os.environ, FNX_CPU_THREADS=threads)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=env,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", threads or "1"]
