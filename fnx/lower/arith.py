@@ -94,8 +94,14 @@ def _outside(k: Kernel, div: frozenset, divisor: frozenset) -> bool:
 
 
 def _by_reciprocal(x: UOp, b: UOp) -> UOp:
+    """`x / b` as `x * recip(b f) * f` (module doc), or `x * recip(b)` where f is always 1: a constant whose
+    reciprocal is normal, or a square root. A float32 square root is at most 2^64 and, of a positive number, at
+    least 2^-74.5 (of the smallest subnormal), so its reciprocal is normal; zeros, infinities and NaNs give a
+    division's result as they are (x * inf, x * 0, NaN). That drops a multiply per element from `x / sqrt(var +
+    eps)`: one of the five ops a layernorm's output pass spends on an element (float64 alike: 2^512, 2^-537)."""
     tiny, bits = _RANGE[b.dtype]
-    if b.op is Ops.CONST and tiny <= abs(b.arg.value) <= 1 / tiny: return x * b.alu(Ops.RECIP)  # (f is 1)
+    if b.op is Ops.CONST and tiny <= abs(b.arg.value) <= 1 / tiny or b.op is Ops.SQRT:
+        return x * b.alu(Ops.RECIP)  # (f is 1: see _by_reciprocal's doc)
     one = UOp.const(b.dtype, 1.0)
     small = ((b < tiny).alu(Ops.AND, b.const_like(-tiny) < b))  # |b| < tiny, -0 and subnormals included
     big = (b.const_like(1 / tiny) < b).alu(Ops.OR, b < -1 / tiny)
