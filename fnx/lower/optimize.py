@@ -772,7 +772,9 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
             except OptError:
                 pass
     big = k.work >= (MIN_PARALLEL_ELEMENTS if not k.reduce_ranges else MIN_PARALLEL_WORK)
-    if target.threads > 1 and k.ranges and (big or kernel_flops(k) >= MIN_PARALLEL_FLOPS):
+    # (on one thread, a kernel that is not a matmul still marks its rows thread-split, as one chunk: row chains need
+    # that loop, and W10's eight layernorms then run by blocks of rows on one core too, 10.5 -> 5.2 ms)
+    if (target.threads > 1 or not matmul) and k.ranges and (big or kernel_flops(k) >= MIN_PARALLEL_FLOPS):
         sizes = _output_loop_sizes(k, opts)
         if len(sizes) > thread_axis and sizes[thread_axis] > 1 and _threadable(k, opts, thread_axis):
             opts.append(Opt("THREAD", thread_axis))

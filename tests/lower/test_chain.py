@@ -163,3 +163,30 @@ def test_float16_chain_matches_jax():
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(got, _layernorm_steps(np, x.astype(np.float64), 3), rtol=2e-2, atol=2e-2)
+
+
+def test_one_thread_runs_the_chain_by_row_blocks_too():
+    """FNX_CPU_THREADS=1 (a one-core machine, `taskset -c 0`): the kernels still mark their rows as the loop a
+    chain splits (one chunk), so the chain forms and its one thread walks every block."""
+    import os
+    import subprocess
+    import sys
+    program = """
+import numpy as np
+import fnx, fnx.numpy as jnp
+from test_chain import _data, _layernorm_steps
+x = _data()
+f = lambda x: _layernorm_steps(jnp, x, 4)
+chains = fnx.jit(f).lower(jnp.asarray(x)).executable.lowering.chains
+assert len(chains) == 1 and len(chains[0].members) == 4, chains
+c = chains[0]
+assert c.threads == 1 and c.step == c.rows and c.block < c.rows, (c.threads, c.step, c.block)
+want = _layernorm_steps(np, x.astype(np.float64), 4)
+for _ in range(2): np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
+print("ok")
+"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, FNX_CPU_THREADS="1", PYTHONPATH=os.pathsep.join([here, os.path.dirname(here)]))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok"]
