@@ -468,3 +468,22 @@ def test_gather_after_a_sum_split_into_masked_vectors(n):
     want = x[(x > 0).sum() // 2] * 2.0 + x.astype(np.float64).sum()
     for choose in (lambda k, t: [], vectorized):
         np.testing.assert_allclose(_run(fn, [x], choose)[0], want, rtol=1e-5)
+
+
+def test_an_accumulating_matmul_needs_no_pass_that_sets_its_output_first():
+    """k-slabs (SPLIT + ACCUMULATE): the first slab starts from 0 instead of the output's old contents, so there is
+    no kernel that zeroes the output first; the output's memory, reused from a result full of NaN, does not leak
+    into the product."""
+    n = 1024
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, n, n)).astype(np.float32)
+    mm = fnx.jit(lambda a, b: a @ b)
+    text = mm.lower(jnp.asarray(a), jnp.asarray(b)).as_text("optimize")
+    assert "ACCUMULATE" in text and "_init" not in text
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(2):
+        nan = fnx.jit(lambda x: x * np.float32(np.nan))(jnp.ones((n, n)))
+        nan.block_until_ready()
+        del nan  # its block goes back to the pool, for the product's output
+        got = np.asarray(mm(jnp.asarray(a), jnp.asarray(b)))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(n))
