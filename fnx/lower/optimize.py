@@ -33,9 +33,9 @@ An action is `Opt(op, axis, amount)`; `axis` indexes the kernel's current loops,
   own by a kernel that runs first and gets a schedule of its own (k-slabs: ACCUMULATE needs a bare sum); the
   kernel, now elementwise, reads it. Comes before every other action.
 - ACCUMULATE(axis): move a reduce loop outermost and accumulate into the output buffer across its iterations
-  (its first pass starts from the reduction's identity, not the output's contents). With SPLIT of the reduce loop this is
-  cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache. A float sum
-  allows FLAT_SUM_MAX passes at most (each adds into the output in a row).
+  (its first pass starts from the reduction's identity, not the output's contents). With SPLIT of the reduce loop
+  this is cache blocking of matmul's k loop: each pass reads a k-slab of the operands that stays in cache. A float
+  sum allows FLAT_SUM_MAX passes at most (each adds into the output in a row).
 - TC: (grid devices with tensor cores) compute a float16/bfloat16 matmul-like kernel with warp-level matrix
   instructions, tiled as fnx/lower/tensor_core.py says; the only action of its kernel (axis and amount 0).
 
