@@ -193,3 +193,17 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok"]
+
+
+def test_layernorm_rows_two_at_a_time_in_the_chain():
+    """An even number of rows: each layernorm kernel walks two rows an iteration (optimize.ROW_PAIRS), its chain
+    then by pairs of rows; every row still gets its own mean and variance (rows of very different scales)."""
+    x = _data(rows=1036)
+    x *= np.logspace(-3, 3, 1036, dtype=np.float32)[:, None]
+    f = lambda x: _layernorm_steps(jnp, x, 4)  # noqa: E731
+    text = fnx.jit(f).lower(jnp.asarray(x)).as_text("optimize")
+    assert "UPCAST(0, 2)" in text
+    chains = _chains(f, jnp.asarray(x))
+    assert len(chains) == 1 and chains[0].rows == 518
+    want = _layernorm_steps(np, x.astype(np.float64), 4)
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
