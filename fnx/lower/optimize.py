@@ -218,9 +218,11 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
         rest = tuple(x for x in red.src[1:] if x is not r)
         part = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rest), red.arg) if rest else red.src[0]
         # the first pass starts from the identity instead of the output's old contents (no kernel that sets the
-        # output first: at 1024² that was 80 us of a 5.3 ms matmul, a pass over the output)
-        old = (r < 1).alu(Ops.WHERE, UOp.const(red.dtype, reduce_identity(red.arg.op, red.dtype)),
-                          UOp(Ops.LOAD, red.dtype, (st.src[0], st.src[1])))
+        # output first: at 1024² that was 80 us of a 5.3 ms matmul, a pass over the output). Its load is gated off
+        # there, not only discarded: nothing reads an output before writing it (a read of fresh memory maps the
+        # zero page, and the store then faults the page in again)
+        later = UOp(Ops.LOAD, red.dtype, (st.src[0], st.src[1], r.const_like(0) < r))
+        old = (r < 1).alu(Ops.WHERE, UOp.const(red.dtype, reduce_identity(red.arg.op, red.dtype)), later)
         stores.append(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], old.alu(red.arg.op, part))))
     return replace(k, sink=UOp(Ops.SINK, dtypes.bool_, tuple(stores)), ranges=[r] + k.ranges,
                    reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(None, frozenset((r,))))
