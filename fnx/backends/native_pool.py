@@ -31,6 +31,17 @@ NAPS = 200       # polls at 50 us (about 10 ms) before it sleeps in 2 ms steps: 
 # 7 asleep (set by a worker in its 2 ms sleeps; a caller clears it to call the worker back)
 CTRL_WORDS = 8
 
+
+def _yield_turn(other: str) -> str:
+    """IR of a spin loop's step `%n.next`: past YIELD_AFTER spins, every YIELD_EVERY-th goes to `%give` (which calls
+    sched_yield), the others to `%<other>`."""
+    return f"""  %turn = and i64 %n.next, {YIELD_EVERY - 1}
+  %late = icmp ugt i64 %n.next, {YIELD_AFTER}
+  %due = icmp eq i64 %turn, 0
+  %yield = and i1 %late, %due
+  br i1 %yield, label %give, label %{other}"""
+
+
 SOURCE = f"""
 declare i32 @usleep(i32)
 declare i32 @sched_yield()
@@ -64,11 +75,7 @@ more:
   br i1 %long, label %tired, label %pause
 pause:
   call void @llvm.x86.sse2.pause()
-  %turn = and i64 %n.next, {YIELD_EVERY - 1}
-  %late = icmp ugt i64 %n.next, {YIELD_AFTER}
-  %due = icmp eq i64 %turn, 0
-  %yield = and i1 %late, %due
-  br i1 %yield, label %give, label %spin
+{_yield_turn("spin")}
 give:
   %ignored3 = call i32 @sched_yield()
   br label %spin
@@ -115,11 +122,7 @@ spin:
 again:
   call void @llvm.x86.sse2.pause()
   %n.next = add i64 %n, 1
-  %turn = and i64 %n.next, {YIELD_EVERY - 1}
-  %late = icmp ugt i64 %n.next, {YIELD_AFTER}
-  %due = icmp eq i64 %turn, 0
-  %yield = and i1 %late, %due
-  br i1 %yield, label %give, label %next
+{_yield_turn("next")}
 give:
   %ignored = call i32 @sched_yield()
   br label %next
