@@ -167,7 +167,7 @@ def _decode_kernel(d: dict, graphs: _Graphs) -> Kernel:
     k = object.__new__(_CachedKernel)
     k.__dict__.update(name=d["name"], args=list(d["args"]), parallel=d["parallel"],
                       thread_candidate=d["thread_candidate"], thread_range=d["thread_range"],
-                      opts=tuple(Opt(*o) for o in d["opts"]), init=(), prelude=(), sources=(), code=d["code"],
+                      opts=tuple(Opt(*o) for o in d["opts"]), init=frozenset(), prelude=(), sources=(), code=d["code"],
                       _refs={f: d[f] for f in _GRAPH_FIELDS}, _graphs=graphs, **{f: d[f] for f in _KNOWN})
     return k
 

@@ -138,7 +138,7 @@ def _split(k: Kernel, r: UOp, amount: int) -> tuple[Kernel, UOp, UOp]:
 
     sink = simplify_kernel(_rebuild(k.sink, fn))
     init = k.init
-    if init and r in init[1]: init = (init[0], init[1] - {r} | {outer, inner})  # both parts still run in order
+    if r in init: init = init - {r} | {outer, inner}  # both parts still run in order
     return (replace(k, sink=sink, ranges=_replaced(k.ranges, r, outer, inner),
                     reduce_ranges=_replaced(k.reduce_ranges, r, outer, inner), init=init), outer, inner)
 
@@ -225,7 +225,7 @@ def _accumulate(k: Kernel, r: UOp) -> Kernel:
         old = (r < 1).alu(Ops.WHERE, UOp.const(red.dtype, reduce_identity(red.arg.op, red.dtype)), later)
         stores.append(UOp(Ops.STORE, dtypes.bool_, (st.src[0], st.src[1], old.alu(red.arg.op, part))))
     return replace(k, sink=UOp(Ops.SINK, dtypes.bool_, tuple(stores)), ranges=[r] + k.ranges,
-                   reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=(None, frozenset((r,))))
+                   reduce_ranges=[x for x in k.reduce_ranges if x is not r], init=frozenset((r,)))
 
 
 def _operand(k: Kernel, axis: int) -> UOp | None:
@@ -350,7 +350,7 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
     if rows is not None and ((r in rows) != (opt.op == "THREAD") or opt.op == "SWAP" and (
             {k.ranges[opt.axis], k.ranges[opt.amount % len(k.ranges)]} & set(rows))):
         raise OptError(f"{opt}: the kernel's row loops stay outermost, and only they are thread-split")
-    if k.init and r in k.init[1] and opt.op in ("THREAD", "UPCAST", "VECTORIZE"):
+    if r in k.init and opt.op in ("THREAD", "UPCAST", "VECTORIZE"):
         raise OptError(f"{opt}: the accumulation loop runs in order")
     if opt.op == "THREAD":
         if not is_output or not k.parallel: raise OptError(f"{opt}: not an independent output loop")
@@ -783,7 +783,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 and k.ranges[0].arg.size % 2 == 0 and k.ranges[0].arg.size >= 4 * target.threads
                 and not (k.work and kernel_flops(k) >= HEAVY_ELEMENT * k.work)):
             try:  # two rows an iteration (see ROW_PAIRS)
-                probe = apply_opt(probe, Opt("UPCAST", 0, 2))
+                apply_opt(probe, Opt("UPCAST", 0, 2))
                 opts.append(Opt("UPCAST", 0, 2))
             except OptError:
                 pass
@@ -986,7 +986,7 @@ def optimize(kernel: Kernel, target: Target, opts: list[Opt] | None = None, new_
     k = apply_opts(kernel, opts)
     # PACK's copies (no reduce loop) by _pack_copy_opts; a separated sum by the heuristics (its own PACK, init)
     out = [x for p in k.prelude for x in optimize(p, target, None if p.reduce_ranges else _pack_copy_opts(p, target))]
-    out.append(replace(k, name=f"{kernel.name}_acc" if k.init else k.name, init=(), prelude=()))
+    out.append(replace(k, name=f"{kernel.name}_acc" if k.init else k.name, init=frozenset(), prelude=()))
     if not target.grid: out = [float_arithmetic(x) for x in out]
     if new_buffer is None or not any(a < 0 for x in out for a in x.args): return out
     ids = {}

@@ -70,7 +70,7 @@ class Kernel:
     locals: tuple = ()           # RANGEs that are the work item's index in its work-group (grid devices: LOCAL
                                  # and GROUP, one size), not loops (set by optimize)
     opts: tuple = ()             # the optimization actions applied (set by optimize)
-    init: tuple = ()             # (None, loops that run in order) of an accumulating kernel (optimize)
+    init: frozenset = frozenset()  # the loops that run in order, of an accumulating kernel (optimize)
     prelude: tuple = ()          # kernels that run first: PACK's copies of operands into panels (optimize)
     sources: tuple = ()          # the graph nodes it computes (not the ones it loads), for naming it
     row_ranges: tuple | None = None  # with a stash (module doc): the output loops that must enclose the others (it

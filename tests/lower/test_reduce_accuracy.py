@@ -221,7 +221,7 @@ def _additions_in_a_row(k) -> list[tuple[int, int]]:
             nested = any(u in v.src[0].toposort for v in k.sink.toposort if v.op is Ops.REDUCE and v is not u)
             most = SUM_BLOCK if u.src[0].op is Ops.REDUCE else SUM_BLOCK_WIDE if nested else FLAT_SUM_MAX
             out.append((math.prod(r.arg.size for r in u.src[1:] if r not in k.lanes), most))
-    if k.init: out.append((math.prod(r.arg.size for r in k.init[1]), FLAT_SUM_MAX))
+    if k.init: out.append((math.prod(r.arg.size for r in k.init), FLAT_SUM_MAX))
     return out
 
 
