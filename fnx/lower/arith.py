@@ -13,14 +13,6 @@ for its reciprocal to be normal (|b| < 2^-126 or > 2^126 in float32), f is 2^64 
 keep `1/(b f)` normal, so 1e-30 / 1e-39 is 1e9 and 1e38 / 3e38 is 0.33 (JAX gives inf and 0). Zeros, infinities
 and NaNs come out as a division's: 0 and inf divisors through f, NaN through every step.
 
-**Power-of-two scales.** `c * (x * rsqrt)`, where rsqrt is the reciprocal of a square root (a division by one,
-made above) and c a constant 2^e with -60 <= e <= 50, becomes `x * (rsqrt * c)`: c then multiplies once per row,
-outside the loop over x (W10's `x + 0.5 * y`: its output pass is two ops an element instead of three). rsqrt * c is
-exact (rsqrt is normal and at most 2^74.5 in float32, so the product stays in the normal range), so the result is
-x * c * rsqrt rounded once: bitwise the written order's wherever x * rsqrt is a normal number, and where that would
-overflow or fall below the normal range while the scaled result does not, the correctly rounded result instead of
-inf or a twice-rounded one. Other constants round in c * rsqrt and keep their order.
-
 **Contraction.** `a * b + c`, where the product has no other use and c is not itself a product, is one fused
 multiply-add (the ADD marked "contract", rendered as llvm.fmuladd): rounded once instead of twice, one op instead
 of two (W10's `x + 0.5 * y`; `a * b - c` too). XLA on the CPU contracts the same way. Not when c is a product or
@@ -31,7 +23,6 @@ and not on grid devices (their kernels are memory-bound and keep plain ops).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from fnx import dtypes
@@ -50,7 +41,7 @@ def float_arithmetic(k: Kernel) -> Kernel:
     divs = [u for u in k.sink.toposort if u.op is Ops.DIV and u.dtype in _RANGE]
     deps = range_deps(k.sink, frozenset(k.ranges)) if divs else {}
     hoisted = {u for u in divs if _outside(k, deps[u], deps[u.src[1]])}
-    sink = _contracted(_scaled(_rebuilt(k.sink, {u: _by_reciprocal for u in hoisted})))
+    sink = _contracted(_rebuilt(k.sink, {u: _by_reciprocal for u in hoisted}))
     return k if sink is k.sink else replace(k, sink=sink)
 
 
@@ -65,47 +56,10 @@ def _rebuilt(sink: UOp, rules: dict) -> UOp:
     return new[sink]
 
 
-def _uses(order: list[UOp]) -> dict[UOp, int]:
-    uses: dict[UOp, int] = {}
+def _contracted(sink: UOp) -> UOp:
+    order, uses = sink.toposort, {}
     for u in order:
         for s in u.src: uses[s] = uses.get(s, 0) + 1
-    return uses
-
-
-def _power_of_two(u: UOp) -> bool:
-    """A constant 2^e with -60 <= e <= 50: its product with a reciprocal square root is exact (module doc)."""
-    if u.op is not Ops.CONST or not isinstance(v := u.arg.value, float) or v == 0 or not math.isfinite(v): return False
-    m, e = math.frexp(abs(v))
-    return m == 0.5 and -59 <= e <= 51
-
-
-def _scaled(sink: UOp) -> UOp:
-    """`sink` with each `c * (x * rsqrt)` whose product has no other use made `x * (rsqrt * c)` (module doc)."""
-    order = sink.toposort
-    uses = _uses(order)
-
-    def rsqrt(u: UOp) -> bool: return u.op is Ops.RECIP and u.src[0].op is Ops.SQRT
-
-    def moved(c: int, p: int):  # c * (x * r) as x * (r * c)
-        def rule(*src):
-            x, r = sorted(src[p].src, key=rsqrt)
-            return x * (r * src[c])
-        return rule
-
-    rules = {}
-    for u in order:
-        if u.op is not Ops.MUL or u.dtype not in _RANGE: continue
-        for c, p in ((0, 1), (1, 0)):
-            prod = u.src[p]
-            if _power_of_two(u.src[c]) and prod.op is Ops.MUL and uses[prod] == 1 and any(map(rsqrt, prod.src)):
-                rules[u] = moved(c, p)
-                break
-    return _rebuilt(sink, rules)
-
-
-def _contracted(sink: UOp) -> UOp:
-    order = sink.toposort
-    uses = _uses(order)
 
     def negation(u: UOp) -> UOp | None:  # (x - y is x + y * -1: a negation has nothing to round)
         c = next((s for s in u.src if s.op is Ops.CONST and s.arg.value == -1), None)
