@@ -15,6 +15,7 @@ accumulator and finishes with a horizontal reduction.
 """
 from __future__ import annotations
 
+import platform
 import struct
 
 import numpy as np
@@ -56,6 +57,7 @@ _FLOAT_INTRINSIC = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SI
 
 # ops whose float32 result a 16-bit float must round; MAX, WHERE, TRUNC, MOD (fmod is exact), loads and bitcasts of
 # 16-bit values are exact already and casts round themselves
+_X86 = platform.machine().lower() in ("x86_64", "amd64")  # (the host compiles for itself: FNX_CPU_TARGET is x86 too)
 _INEXACT = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
 
 
@@ -74,6 +76,8 @@ class Renderer:
 
     def __init__(self, kernel: Kernel, lines: Linear):
         self.kernel, self.lines = kernel, lines
+        loaded = {u.src[0].arg.slot for u in kernel.sink.toposort if u.op is Ops.LOAD}
+        self.stream, self.streamed = kernel.stream - loaded, False  # (an accumulating kernel reads its output back)
         self.body: list[str] = []
         self.names: dict[UOp, str] = {}
         self.declares: set[str] = set()
@@ -152,6 +156,10 @@ class Renderer:
         for what, u in self.lines:
             self.w = self.W if self.vec.get(u) else 0
             getattr(self, f"line_{what}")(u)
+        if self.streamed and _X86:  # non-temporal stores are weakly ordered: made visible before the caller reads
+            self.intrinsic_void("llvm.x86.sse.sfence", [], [])
+        elif self.streamed:
+            self.body.append("  fence seq_cst")
         self.body.append("  ret void")
         self.body.append("}")
         return "\n".join(self.body)
@@ -334,6 +342,8 @@ class Renderer:
             elif gate is not None:
                 self.intrinsic_void(f"llvm.masked.store.{self.sfx(mem_type(buf.dtype))}.p0",
                                     [value, ptr, str(size), mask], [mt, "ptr", "i32", self.vt("i1")])
+            elif buf.arg.slot in self.stream and self.w * size % 64 == 0:
+                self.streaming_store(f"{mt} {value}", ptr, size)
             else:
                 self.body.append(f"  store {mt} {value}, ptr {ptr}, align {size}")
             return
@@ -347,6 +357,21 @@ class Renderer:
         if gate is not None:
             self.body.append(f"  br label %D{n}")
             self.label(f"D{n}")
+
+    def streaming_store(self, typed_value: str, ptr: str, size: int) -> None:
+        """A store of whole cache lines that bypasses the caches (non-temporal: no read of the lines first) where
+        its address is line-aligned, a normal one where not (a buffer numpy allocated: 16-byte aligned)."""
+        n = self.tmp()[2:]
+        low = self.emit(f"and i64 {self.emit(f'ptrtoint ptr {ptr} to i64')}, 63")
+        self.body.append(f"  br i1 {self.emit(f'icmp eq i64 {low}, 0')}, label %N{n}, label %M{n}")
+        self.label(f"N{n}")
+        self.body.append(f"  store {typed_value}, ptr {ptr}, align 64, !nontemporal !{{i32 1}}")
+        self.body.append(f"  br label %D{n}")
+        self.label(f"M{n}")
+        self.body.append(f"  store {typed_value}, ptr {ptr}, align {size}")
+        self.body.append(f"  br label %D{n}")
+        self.label(f"D{n}")
+        self.streamed = True
 
     def intrinsic_void(self, name: str, args: list[str], arg_types: list[str]) -> None:
         self.declares.add(f"declare void @{name}({', '.join(arg_types)})")

@@ -125,7 +125,8 @@ def _encode_kernel(k: Kernel, t: _Nodes) -> dict:
     out.update(sink=t.ref(k.sink), args=list(k.args), ranges=[t.ref(r) for r in k.ranges],
                reduce_ranges=[t.ref(r) for r in k.reduce_ranges], lanes=[t.ref(r) for r in k.lanes],
                locals=[t.ref(r) for r in k.locals], opts=[[o.op, o.axis, o.amount] for o in k.opts],
-               row_ranges=None if k.row_ranges is None else [t.ref(r) for r in k.row_ranges])
+               row_ranges=None if k.row_ranges is None else [t.ref(r) for r in k.row_ranges],
+               stream=sorted(k.stream))
     return out
 
 
@@ -168,6 +169,7 @@ def _decode_kernel(d: dict, graphs: _Graphs) -> Kernel:
     k.__dict__.update(name=d["name"], args=list(d["args"]), parallel=d["parallel"],
                       thread_candidate=d["thread_candidate"], thread_range=d["thread_range"],
                       opts=tuple(Opt(*o) for o in d["opts"]), init=frozenset(), prelude=(), sources=(), code=d["code"],
+                      stream=frozenset(d["stream"]),
                       _refs={f: d[f] for f in _GRAPH_FIELDS}, _graphs=graphs, **{f: d[f] for f in _KNOWN})
     return k
 

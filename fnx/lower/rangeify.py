@@ -78,6 +78,8 @@ class Kernel:
                                      # that may be thread-split
     code: str = ""               # the name of the kernel whose compiled function this one runs, when it is a copy of
                                  # an earlier kernel (same graph and loops: a later layer's); '' for its own
+    stream: frozenset = frozenset()  # PARAM slots whose whole-line vector stores bypass the caches (non-temporal:
+                                     # fnx/lower/pipeline.py's `streamed`)
 
     @cached_property
     def work(self) -> int:
