@@ -55,9 +55,10 @@ def const_text(value, d: DType) -> str:
 
 _FLOAT_INTRINSIC = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.TRUNC: "trunc"}
 
+_X86 = platform.machine().lower() in ("x86_64", "amd64")  # (the host compiles for itself: FNX_CPU_TARGET is x86 too)
+
 # ops whose float32 result a 16-bit float must round; MAX, WHERE, TRUNC, MOD (fmod is exact), loads and bitcasts of
 # 16-bit values are exact already and casts round themselves
-_X86 = platform.machine().lower() in ("x86_64", "amd64")  # (the host compiles for itself: FNX_CPU_TARGET is x86 too)
 _INEXACT = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.REDUCE}
 
 

@@ -228,24 +228,30 @@ def _kernel_key(kernel: Kernel) -> tuple:
             None if kernel.row_ranges is None else tuple(r.arg for r in kernel.row_ranges), kernel.stream)
 
 
-def streamed(kernel: Kernel, schedule: Schedule, target: Target) -> frozenset:
+def step_uses(schedule: Schedule) -> dict[int, int]:
+    """How many steps of `schedule` (kernels and host steps) name each buffer."""
+    uses: dict[int, int] = {}
+    for step in schedule.kernels:
+        for b in set(step.inputs if isinstance(step, HostStep) else step.args): uses[b] = uses.get(b, 0) + 1
+    return uses
+
+
+def streamed(kernel: Kernel, schedule: Schedule, target: Target, uses: dict[int, int]) -> frozenset:
     """The PARAM slots of `kernel` whose stores may bypass the caches: outputs of the whole program that nothing
     else in it reads, the kernel included, and bigger than the private caches of the cores that write them (a
     grid device has no such stores). A normal store first reads each line it writes (to own it), a third of the
     traffic of a streaming kernel; a non-temporal one does not, as memcpy's large copies do not. What the caller
-    does with the result comes later, after other work: from memory either way once it outgrows L2."""
+    does with the result comes later, after other work: from memory either way once it outgrows L2. `uses`: the
+    schedule's `step_uses`."""
     if target.grid: return frozenset()
     read = {u.src[0].arg.slot for u in kernel.sink.toposort if u.op is Ops.LOAD}
-    elsewhere = set()
-    for other in schedule.kernels:
-        if other is not kernel: elsewhere |= set(other.inputs if isinstance(other, HostStep) else other.args)
     out = set()
     for st in kernel.sink.src:
         if st.op is not Ops.STORE: continue
         slot = st.src[0].arg.slot
         buf = kernel.args[slot]
         spec = schedule.buffers[buf]
-        if (buf in schedule.outputs and buf not in elsewhere and slot not in read
+        if (buf in schedule.outputs and uses.get(buf, 0) == 1 and slot not in read
                 and spec.size * spec.dtype.itemsize >= STREAM_MIN_CACHES * target.l2_bytes * target.threads):
             out.add(slot)
     return frozenset(out)
@@ -290,12 +296,13 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
     lowered: dict[tuple, tuple] = {}  # a kernel's graph and loops -> (it, its optimized kernels)
+    uses = step_uses(schedule)
     for i, kernel in enumerate(schedule.kernels):
         kernel.name = f"k{i}_{_named(kernel, origins)}"
         if isinstance(kernel, HostStep):  # the runtime does it (control flow: its bodies are lowered when first run)
             kernels.append((kernel, None))
             continue
-        kernel.stream = streamed(kernel, schedule, target)
+        kernel.stream = streamed(kernel, schedule, target, uses)
         key = _kernel_key(kernel)
         if (seen := lowered.get(key)) is not None:
             kernel.sink = seen[0].sink  # (its graph after the transcendental rewrite)
