@@ -5,9 +5,10 @@
     python bench/ab.py W12 base fnx.lower.optimize.ROW_PAIRS=0,fnx.lower.optimize.PACK_PASSES=4
 
 Each variant is a comma-separated list of `module.CONSTANT=integer` settings (`base`: none). The workload's program
-is built and compiled once per variant, with the setting in force while it lowers and the in-process compile caches
-emptied, so each variant is its own code; then the variants are called in turn, round after round, and each
-reports its min, first quartile and median per call. Their outputs must agree.
+is built and compiled once per variant, with the setting in force while it lowers, the in-process compile caches
+emptied and the on-disk lowering cache off (its entries do not know these settings), so each variant is its own
+code; then the variants are called in turn, round after round, and each reports its min, first quartile and
+median per call. Their outputs must agree.
 
 Why interleaved: on a shared VM the same build timed in two processes a minute apart moved by more than most
 changes are worth (W12 15.8-37 ms, W10 2.0-3.0 ms); calls of both builds alternating within one process see the
@@ -28,6 +29,7 @@ import fnx  # noqa: E402
 import fnx.numpy as jnp  # noqa: E402
 from bench import run  # noqa: E402
 from fnx.backends import cpu_llvm  # noqa: E402
+from fnx.config import config  # noqa: E402
 
 
 def _w10():
@@ -102,8 +104,9 @@ def _settings(variant: str) -> list[tuple[object, str, int]]:
 def _build(workload: str, variant: str):
     """The workload's program compiled under `variant`'s settings (restored afterwards), and its arguments."""
     settings = _settings(variant)
-    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings] + [(config, "cache_dir", config.cache_dir)]
     for mod, name, value in settings: setattr(mod, name, value)
+    config.cache_dir = None  # (the on-disk lowerings are keyed by graph and fnx's source, not by these settings)
     try:
         fnx.clear_caches()
         cpu_llvm._lowerings.entries.clear()  # (the backend's lowerings by graph: clear_caches keeps them)

@@ -1,0 +1,33 @@
+"""bench/ab.py: each variant is its own code (the in-process caches would otherwise hand the second variant the
+first one's build, and an A/B would compare a build with itself), settings are restored, and a run prints every
+variant."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from bench import ab
+from fnx.lower import pipeline
+
+
+def test_each_variant_is_compiled_under_its_own_setting():
+    before = pipeline.STREAM_MIN_CACHES
+    texts = []
+    for variant in ("base", "fnx.lower.pipeline.STREAM_MIN_CACHES=1000000", "base"):
+        jitted, args = ab._build("W10", variant)
+        assert pipeline.STREAM_MIN_CACHES == before  # restored after the build
+        texts.append(jitted.lower(*args).as_text("llvm"))
+    assert "!nontemporal" in texts[0] and "!nontemporal" not in texts[1] and "!nontemporal" in texts[2]
+
+
+def test_a_run_reports_every_variant(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ab.py", "W4", "base", "fnx.lower.optimize.ROW_PAIRS=0", "--calls", "2"])
+    ab.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["W4 base", "W4 fnx.lower.optimize.ROW_PAIRS=0"]
+
+
+def test_an_unknown_setting_is_refused():
+    with pytest.raises(SystemExit, match="no NOT_A_KNOB"):
+        ab._settings("fnx.lower.optimize.NOT_A_KNOB=1")
