@@ -820,7 +820,9 @@ def normalize_axes(axes: Sequence[int] | int, ndim: int, name: str) -> tuple[int
 
 def broadcast_shapes(*shapes: Sequence[int], name: str = "broadcast_shapes") -> tuple[int, ...]:
     """The numpy broadcast of several shapes; raises ShapeError (a TypeError) naming `name` when they do not fit."""
-    ndim = max((len(s) for s in shapes), default=0)
+    longest = max(shapes, key=len, default=())
+    if all(s == longest or not s for s in shapes): return tuple(longest)  # (the common case, every traced op)
+    ndim = len(longest)
     out = []
     for i in range(ndim):
         sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}

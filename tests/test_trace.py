@@ -181,3 +181,20 @@ def test_device_and_sharding(device):
     a = make([1.0, 2.0])
     assert a.device.platform == device
     assert a.sharding.device_set == {a.device}
+
+
+_SHAPES = st.lists(st.integers(0, 3), max_size=4).map(tuple)
+
+
+@given(st.lists(st.one_of(_SHAPES, st.just(())), min_size=1, max_size=4))
+def test_broadcast_shapes_is_numpys(shapes):
+    """fnx's broadcast of shapes (its fast path for equal and scalar shapes included) is numpy's, and refuses
+    exactly what numpy refuses."""
+    try:
+        want = np.broadcast_shapes(*shapes)
+    except ValueError:
+        with pytest.raises(TypeError, match="incompatible shapes"):
+            fnx.trace.broadcast_shapes(*shapes)
+        return
+    assert fnx.trace.broadcast_shapes(*shapes) == want
+    assert fnx.trace.broadcast_shapes(*[list(s) for s in shapes]) == want
