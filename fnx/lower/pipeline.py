@@ -238,21 +238,20 @@ def step_uses(schedule: Schedule) -> dict[int, int]:
 
 
 def streamed(kernel: Kernel, schedule: Schedule, target: Target, uses: dict[int, int]) -> frozenset:
-    """The PARAM slots of `kernel` whose stores may bypass the caches: outputs of the whole program that nothing
-    else in it reads, the kernel included, and bigger than the private caches of the cores that write them (a
-    grid device has no such stores). A normal store first reads each line it writes (to own it), a third of the
-    traffic of a streaming kernel; a non-temporal one does not, as memcpy's large copies do not. What the caller
-    does with the result comes later, after other work: from memory either way once it outgrows L2. `uses`: the
-    schedule's `step_uses`."""
+    """The PARAM slots of `kernel` whose stores may bypass the caches: outputs of the whole program that no other
+    step reads (the renderer also drops a slot the optimized kernel reads back: an accumulating matmul's), bigger
+    than the private caches of the cores that write them (a grid device has no such stores). A normal store first
+    reads each line it writes (to own it), a third of the traffic of a streaming kernel; a non-temporal one does
+    not, as memcpy's large copies do not. What the caller does with the result comes later, after other work: from
+    memory either way once it outgrows L2. `uses`: the schedule's `step_uses`."""
     if target.grid: return frozenset()
-    read = {u.src[0].arg.slot for u in kernel.sink.toposort if u.op is Ops.LOAD}
     out = set()
     for st in kernel.sink.src:
         if st.op is not Ops.STORE: continue
         slot = st.src[0].arg.slot
         buf = kernel.args[slot]
         spec = schedule.buffers[buf]
-        if (buf in schedule.outputs and uses.get(buf, 0) == 1 and slot not in read
+        if (buf in schedule.outputs and uses.get(buf, 0) == 1
                 and spec.size * spec.dtype.itemsize >= STREAM_MIN_CACHES * target.l2_bytes * target.threads):
             out.add(slot)
     return frozenset(out)
