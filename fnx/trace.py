@@ -785,7 +785,11 @@ def promote(arrays: Sequence[Array], to_float: bool = False, numeric: bool = Fal
     """`arrays` cast to the dtype they promote to on JAX's lattice (weakly typed values adapt to the others), and
     whether that result is weakly typed. `to_float`: integers compute in floats (`inexact_dtype`); `numeric`: bools
     compute as int32 (JAX's numeric promotion: `True // True` is int32 1)."""
-    dtype, weak = dtypes.result_type(*[(a.uop.dtype, a.weak_type) for a in arrays])
+    dtype = arrays[0].uop.dtype if arrays else None
+    if all(a.uop.dtype == dtype for a in arrays) and not all(a.weak_type for a in arrays):
+        weak = False  # one dtype, some operand strong: that dtype (the lattice's join; most traced ops)
+    else:
+        dtype, weak = dtypes.result_type(*[(a.uop.dtype, a.weak_type) for a in arrays])
     if to_float: dtype = inexact_dtype(dtype)
     if numeric and dtype.is_bool: dtype, weak = dtypes.int32, False  # (int32 with x64 on too, as JAX)
     return [cast(a, dtype) for a in arrays], weak

@@ -189,3 +189,20 @@ def test_matches_jax_promote_types():
                 assert fd.from_numpy(jnp.promote_types(a.np, b.np)) == fd.promote_types(a, b), (a, b)
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_promote_fast_path_agrees_with_the_lattice(x64):
+    """trace.promote answers operands of one dtype, some strong, without the lattice: for every dtype (complex and
+    64-bit ones too), one to three operands and every weak/strong mix, its dtype and weak flag are result_type's."""
+    import itertools
+    from fnx.trace import Array, promote
+    from fnx.uop import UOp
+    with fnx.enable_x64(x64):
+        for d in fd.ALL_DTYPES:
+            for n in (1, 2, 3):
+                for weaks in itertools.product([False, True], repeat=n):
+                    arrays = [Array(UOp.const(d, 0), w) for w in weaks]
+                    got = promote(arrays)
+                    want = fd.result_type(*[(d, w) for w in weaks])
+                    assert ([a.uop.dtype for a in got[0]], got[1]) == ([want[0]] * n, want[1]), (d, weaks)
