@@ -45,6 +45,8 @@ def candidate_actions(k: Kernel, target: Target | None = None) -> list[Opt]:
         if out: acts += [Opt("SWAP", i, j) for j in range(i + 1, n_out)]
         if not out and not grid: acts.append(Opt("ACCUMULATE", i))
     if k.reduce_ranges and not k.opts and not grid: acts.append(Opt("SEPARATE", 0, 0))
+    if k.reduce_ranges and not k.ranges and not k.opts and not grid:  # a whole-array reduction: partials per thread
+        acts += [Opt("PARTIALS", 0, p) for p in (2, 4, 8) if 2 * p <= k.reduce_ranges[0].arg.size]
     return acts
 
 

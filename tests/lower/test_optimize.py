@@ -31,6 +31,7 @@ def _col_sum(x, b): return (x * b).sum(axis=0)
 def _row_max(x, b): return jnp.max(x - b, axis=1)
 def _int_ops(x, b): return (x * 3 + b) // 2 % 7 - (x > b)
 def _flip_pad(x, b): return jnp.pad(x[::-1] * b, ((1, 2), (0, 3)))
+def _totals(x, b): return jnp.sum(x * b) / 3 + jnp.max(x)  # (whole-array reductions: PARTIALS)
 def _gather(x, b): return x[(jnp.abs(b[:3, 0]) * 10).astype(jnp.int32) % 4, :] + b[:3]
 
 
@@ -68,6 +69,8 @@ PROGRAMS = {  # name -> (function, arguments): odd sizes on purpose, so masks an
     # a stash (the max, read back per row) that the thread heuristic once tried to split off its rows (OptError)
     "stash_grad": (fnx.grad(lambda x: jnp.sum(jnp.maximum(jnp.maximum(jnp.max(x), x), x == 0.5))),
                    (np.linspace(-1.0, 1.0, 5000).astype(np.float32),)),
+    "totals": (_totals, (RNG.standard_normal((37, 23)).astype(np.float32), RNG.standard_normal((37, 23)).astype(
+        np.float32))),
     "gather": (_gather, (RNG.standard_normal((4, 18)).astype(np.float32), RNG.standard_normal((5, 18)).astype(
         np.float32))),
 }
@@ -105,7 +108,8 @@ SINGLE = [Opt("VECTORIZE", -1, 4), Opt("VECTORIZE", -1, 16), Opt("VECTORIZE", -1
           Opt("UNROLL", -1, 2), Opt("UNROLL", -1, 4), Opt("SPLIT", 0, 2), Opt("SPLIT", -1, 5),
           Opt("SWAP", 0, 1), Opt("THREAD", 0), Opt("ACCUMULATE", -1), Opt("PACK", -2, 16), Opt("PACK", -2, 7),
           Opt("PACK", 0, 5),  # (A of a matmul, in panels of 5 rows)
-          Opt("SEPARATE", 0, 0)]  # (matmul_t's relu: the product computed apart, by its own heuristic schedule)
+          Opt("SEPARATE", 0, 0),  # (matmul_t's relu: the product computed apart, by its own heuristic schedule)
+          Opt("PARTIALS", 0, 2), Opt("PARTIALS", 0, 5)]  # (totals: 37 rows in chunks of 19 and 8, the last masked)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -487,3 +491,36 @@ def test_an_accumulating_matmul_needs_no_pass_that_sets_its_output_first():
         del nan  # its block goes back to the pool, for the product's output
         got = np.asarray(mm(jnp.asarray(a), jnp.asarray(b)))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(n))
+
+
+@pytest.mark.parametrize("n", [1 << 22, (1 << 22) + 1])
+def test_a_whole_array_reduction_is_split_across_the_threads(n):
+    """A reduction to one value has no output loop to thread-split: PARTIALS computes a partial per thread first
+    (where the threads divide the loop), then the kernel reduces those; the sum, max and mean still match numpy's
+    float64 answers, and a second call (reused buffers) gives the same bits."""
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    f = lambda x: (jnp.sum(x * x), jnp.max(x), jnp.mean(x))  # noqa: E731
+    kernels = [k for k in rangeify(callify(fnx.jit(f).lower(x).traced.fn)).kernels if k.reduce_ranges]
+    assert len(kernels) == 3
+    for kernel in kernels:
+        assert (heuristic_opts(kernel, TARGET)[:1] == [Opt("PARTIALS", 0, 2)]) == (n % 2 == 0)
+    text = fnx.jit(f).lower(x).as_text("optimize")
+    assert ("_partials" in text) == (n % 2 == 0 and get_device("cpu").threads > 1)
+    got = [np.asarray(v) for v in fnx.jit(f)(x)]
+    wide = x.astype(np.float64)
+    np.testing.assert_allclose(got[0], np.sum(wide * wide), rtol=1e-6)
+    assert got[1] == x.max()
+    np.testing.assert_allclose(got[2], wide.mean(), rtol=1e-6)
+    again = [np.asarray(v) for v in fnx.jit(f)(x)]
+    for a, b in zip(again, got): np.testing.assert_array_equal(a, b)
+
+
+def test_partials_refuses_what_it_cannot_split():
+    [rows] = rangeify(callify(fnx.jit(lambda x: x.sum(axis=1)).lower(np.ones((64, 64), np.float32)).traced.fn)).kernels
+    with pytest.raises(OptError, match="without output loops"):
+        apply_opt(rows, Opt("PARTIALS", 0, 2))
+    [total] = rangeify(callify(fnx.jit(jnp.sum).lower(np.ones(64, np.float32)).traced.fn)).kernels
+    with pytest.raises(OptError, match="amount"):
+        apply_opt(total, Opt("PARTIALS", 0, 40))
+    with pytest.raises(OptError, match="first"):
+        apply_opt(apply_opt(total, Opt("VECTORIZE", 0, 4)), Opt("PARTIALS", 0, 2))
