@@ -1,10 +1,11 @@
-"""The native driver of a row chain (fnx/lower/chain.py): one LLVM function that runs a thread's share of the rows
+"""The native driver of a row chain (fnx/lower/chain.py): one LLVM function that runs a chunk of the rows
 block by block, calling every kernel of the chain on each block.
 
 `@<chain>(ptr fns, ptr buf..., i64 start, i64 end)`: `fns` is the table of the member kernels' addresses (they
 are compiled in the executable's own modules; a call through a pointer costs what a direct one does and keeps each
 kernel's `noalias` arguments true per call); the buffers are the chain's `args`, the last of them every thread's
-scratch. The thread's region is the scratch's (start / step)-th; a scratch buffer's address for the block that
+scratch. The chunk's region is the scratch's (start / step)-th (the threads take chunks from a queue, and no two
+run one chunk); a scratch buffer's address for the block that
 starts at row `lo` is its place in the region minus lo rows, so the kernel's own `row * S + rest` indexing lands
 in the region. `@<chain>_packed(ptr argv, i64 start, i64 end)` is the same with its arguments in an array, for
 the native worker pool.

@@ -32,6 +32,7 @@ from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
 from fnx.backends.llvm_render import module_source, render_function
 from fnx.backends.lowering_cache import LoweringCache
 from fnx.config import config, usable_cpus
+from fnx.lower import chain as row_chains
 from fnx.lower.memory import donation_aliases
 from fnx.lower.optimize import overriding
 from fnx.lower.pipeline import STAGES, lower
@@ -330,6 +331,10 @@ class _Modules:
 _lowerings = LRUCache(256)
 
 
+def _run_chunks(func, values: tuple, chunks: tuple) -> None:
+    for lo, hi in chunks: func(*values, lo, hi)
+
+
 def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     """(lowering, {kernel: engine}, modules, source) of `fn` for the device's target, shared by the cpu devices of
     equal targets: the program every device of a mesh runs is lowered and compiled once, not once per device (its
@@ -435,7 +440,8 @@ class CPUExecutable(Executable):
                 self.items.append(self._host_item(kernel))
                 continue
             outer = kernel.thread_size
-            step = -(-outer // threads) if kernel.thread_range >= 0 else outer
+            split = kernel.thread_range >= 0 and threads > 1  # (chunks the threads take in turn: native_pool)
+            step = -(-outer // (threads * row_chains.CHUNKS_PER_THREAD)) if split else outer
             chunks = tuple((lo, min(lo + step, outer)) for lo in range(0, outer, max(step, 1))) or ((0, 0),)
             args = tuple(kernel.args) or (-1,)  # -1: the 0 at the end of the list of addresses
             addresses = operator.itemgetter(*args) if len(args) > 1 else lambda ptrs, b=args[0]: (ptrs[b],)
@@ -617,17 +623,18 @@ class CPUExecutable(Executable):
             if whole is not None:
                 func(*values, *whole)
             elif not self._run_on_native_workers(kernel, func, values, chunks):
-                # the native workers are busy or absent: the first chunk runs here while the pool runs the rest
-                jobs = [self.pool.submit(func, *values, lo, hi) for lo, hi in chunks[1:]]
-                func(*values, *chunks[0])
+                # the native workers are busy or absent: a share of the chunks runs here while the thread pool
+                # runs the others' shares
+                shares = [chunks[i::self.threads] for i in range(min(self.threads, len(chunks)))]
+                jobs = [self.pool.submit(_run_chunks, func, values, share) for share in shares[1:]]
+                _run_chunks(func, values, shares[0])
                 for job in jobs: job.result()
             if reporting: self.kernel_event(kernel, start)
 
     def _run_on_native_workers(self, kernel, func, values: tuple, chunks: tuple) -> bool:
         """Run the chunks with the native worker pool (the first on this thread); False when it is not available."""
         native = native_pool.pool(self.compiler, self.threads - 1)
-        return native is not None and native.run(self.packed[kernel.name], values, chunks,
-                                                 lambda lo, hi: func(*values, lo, hi))
+        return native is not None and native.run(self.packed[kernel.name], values, chunks)
 
     def _control(self, step, buffers: list[Buffer], ptrs: list[int]) -> None:
         """Run a host step: a transfer, or a control-flow node whose bodies are compiled functions called from a

@@ -27,9 +27,12 @@ YIELD_EVERY = 32    # which every 32nd also calls sched_yield: the scheduler som
                     # waited for a time slice, the first call 18 -> 28 ms); a yield lets the other thread run. Not
                     # from the first spin: yields in every short wait slowed a 1M-element tanh by 5-10%
 NAPS = 200       # polls at 50 us (about 10 ms) before it sleeps in 2 ms steps: an idle process costs under 1% CPU
-# control block: 0 sequence, 1 done, 2 packed kernel address, 3 argument array address, 4 lo, 5 hi, 6 quit,
-# 7 asleep (set by a worker in its 2 ms sleeps; a caller clears it to call the worker back)
+# control block: 0 sequence, 1 done, 2 packed kernel address, 3 argument array address, 4 the call's chunk queue,
+# 5 unused, 6 quit, 7 asleep (set by a worker in its 2 ms sleeps; a caller clears it to call the worker back)
 CTRL_WORDS = 8
+# chunk queue (one per pool): 0 the next chunk to take (atomic), 1 the number of chunks, 2 the address of their
+# (lo, hi) bounds
+QUEUE_WORDS = 3
 
 
 def _yield_turn(other: str) -> str:
@@ -52,8 +55,7 @@ entry:
   %done.p = getelementptr i64, ptr %ctrl, i64 1
   %fn.p = getelementptr i64, ptr %ctrl, i64 2
   %argv.p = getelementptr i64, ptr %ctrl, i64 3
-  %lo.p = getelementptr i64, ptr %ctrl, i64 4
-  %hi.p = getelementptr i64, ptr %ctrl, i64 5
+  %queue.p = getelementptr i64, ptr %ctrl, i64 4
   %quit.p = getelementptr i64, ptr %ctrl, i64 6
   %asleep.p = getelementptr i64, ptr %ctrl, i64 7
   br label %wait
@@ -99,14 +101,39 @@ run:
   store atomic i64 0, ptr %asleep.p release, align 8
   %fn.i = load i64, ptr %fn.p, align 8
   %argv.i = load i64, ptr %argv.p, align 8
-  %lo = load i64, ptr %lo.p, align 8
-  %hi = load i64, ptr %hi.p, align 8
+  %queue.i = load i64, ptr %queue.p, align 8
   %fn = inttoptr i64 %fn.i to ptr
   %argv = inttoptr i64 %argv.i to ptr
-  call void %fn(ptr %argv, i64 %lo, i64 %hi)
+  %queue = inttoptr i64 %queue.i to ptr
+  call void @fnx_claim(ptr %queue, ptr %fn, ptr %argv)
   store atomic i64 %seq, ptr %done.p release, align 8
   br label %wait
 exit:
+  ret void
+}}
+
+define void @fnx_claim(ptr %queue, ptr %fn, ptr %argv) {{
+entry:
+  %count.p = getelementptr i64, ptr %queue, i64 1
+  %bounds.p = getelementptr i64, ptr %queue, i64 2
+  %count = load i64, ptr %count.p, align 8
+  %bounds.i = load i64, ptr %bounds.p, align 8
+  %bounds = inttoptr i64 %bounds.i to ptr
+  br label %take
+take:
+  %i = atomicrmw add ptr %queue, i64 1 seq_cst, align 8
+  %more = icmp slt i64 %i, %count
+  br i1 %more, label %go, label %out
+go:
+  %at = shl i64 %i, 1
+  %lo.p = getelementptr i64, ptr %bounds, i64 %at
+  %lo = load i64, ptr %lo.p, align 8
+  %at.hi = add i64 %at, 1
+  %hi.p = getelementptr i64, ptr %bounds, i64 %at.hi
+  %hi = load i64, ptr %hi.p, align 8
+  call void %fn(ptr %argv, i64 %lo, i64 %hi)
+  br label %take
+out:
   ret void
 }}
 
@@ -146,29 +173,38 @@ class NativePool:
         worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.engine.get_function_address("fnx_worker"))
         self._wait = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
             self.engine.get_function_address("fnx_wait"))
+        self._claim = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+            self.engine.get_function_address("fnx_claim"))
         self.ctrls = [np.zeros(CTRL_WORDS, np.int64) for _ in range(workers)]
+        self.queue = np.zeros(QUEUE_WORDS, np.int64)
         self.threads = [threading.Thread(target=worker, args=(c.ctypes.data,), daemon=True, name="fnx-native")
                         for c in self.ctrls]
         self.busy = threading.Lock()
         self._worker = worker  # the ctypes function must outlive the threads
         for t in self.threads: t.start()
 
-    def run(self, packed: int, values: tuple, chunks: tuple, own) -> bool:
-        """Run chunks[1:] of the kernel whose packed entry is `packed` on the workers and chunks[0] by calling
-        `own(lo, hi)`; False (nothing run) when another caller holds the pool."""
-        if len(chunks) - 1 > len(self.ctrls) or not self.busy.acquire(blocking=False): return False
-        if any(ctrl[7] for ctrl in self.ctrls[:len(chunks) - 1]):  # asleep: call it back, use the thread pool now
+    def run(self, packed: int, values: tuple, chunks: tuple) -> bool:
+        """Run the chunks ((lo, hi) ranges of its thread-split loop) of the kernel whose packed entry is `packed`:
+        the caller and the workers take them one at a time from a queue until none is left, so a core that runs
+        slower (another tenant on it, a lower clock) takes fewer. False (nothing run) when another caller holds the
+        pool or a worker is asleep."""
+        workers = self.ctrls[:len(chunks) - 1]
+        if not self.busy.acquire(blocking=False): return False
+        if any(ctrl[7] for ctrl in workers):  # asleep: call it back, use the thread pool now
             for ctrl in self.ctrls: ctrl[7] = 0
             self.busy.release()
             return False
         try:
             argv = (ctypes.c_void_p * max(len(values), 1))(*values)
+            bounds = np.array(chunks, np.int64)  # (kept alive until every worker is done)
+            queue = self.queue
+            queue[1], queue[2], queue[0] = len(chunks), bounds.ctypes.data, 0
             used = []
-            for ctrl, (lo, hi) in zip(self.ctrls, chunks[1:]):
-                ctrl[2], ctrl[3], ctrl[4], ctrl[5] = packed, ctypes.addressof(argv), lo, hi
-                ctrl[0] += 1  # published last: the worker reads the chunk only after it sees the new number
+            for ctrl in workers:
+                ctrl[2], ctrl[3], ctrl[4] = packed, ctypes.addressof(argv), queue.ctypes.data
+                ctrl[0] += 1  # published last: the worker reads the call only after it sees the new number
                 used.append(ctrl)
-            own(*chunks[0])
+            self._claim(queue.ctypes.data, packed, ctypes.addressof(argv))
             for ctrl, thread in zip(used, self.threads):
                 while not self._wait(ctrl.ctypes.data, int(ctrl[0]), 1 << 22):
                     if not thread.is_alive(): raise RuntimeError("fnx: a native worker thread died")

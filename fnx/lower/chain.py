@@ -4,8 +4,9 @@ A chain of layernorms (eight steps on (4096, 1024), one kernel each) reads and w
 kernel, though each step needs only its own row of the step before: a 4 KB row of all eight steps fits in L1.
 The kernels are already what makes a row fast (each reduction and the elementwise pass over a row, vectorized);
 what costs is the memory traffic between them. So the runtime runs them interleaved: rows 0..B of every kernel
-of the chain, then rows B..2B, and so on, each thread over its own share of the rows. An intermediate buffer that
-only the chain uses then never needs its whole size: each thread gets a scratch region of B rows per such buffer,
+of the chain, then rows B..2B, and so on, over chunks of the rows the threads take in turn. An intermediate
+buffer that only the chain uses then never needs its whole size: each chunk gets a scratch region of B rows per
+such buffer,
 and a kernel is handed that region's address shifted back by the block's first row, so its unchanged index
 arithmetic lands in the region. The chain reads its inputs and writes its outputs once; what passes between its
 kernels stays in cache. (XLA and tinygrad fuse such chains inside one kernel; here the kernels stay as they are
@@ -29,6 +30,10 @@ from fnx.lower.symbolic import build, terms
 from fnx.lower.target import Target
 from fnx.uop import Ops, UOp
 
+CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, which the threads take from a queue
+                       # as they finish (fnx/backends/native_pool.py): a core slowed by another tenant takes fewer
+                       # (one equal chunk a thread waited for the slower core: a 1024² matmul's caller half took
+                       # 10.7 ms while the worker's half was done)
 CHAIN_MIN_BYTES = 1 << 20  # the chain's scratch buffers together at least this big: smaller ones stay in cache anyway
 
 
@@ -40,11 +45,12 @@ class RowChain:
     members: list[Kernel]
     rows: int                  # N, the rows every member's thread-split loop runs over
     block: int                 # rows per block
-    step: int                  # rows per thread's chunk (N when the chain runs on one thread)
+    step: int                  # rows per chunk (N when the chain runs on one thread); a chunk's scratch region is
+                               # the (start / step)-th
     args: list[int]            # the schedule buffers the driver is given: members' buffers except the scratch ones,
                                # then `scratch_buffer`
-    scratch: dict[int, tuple[int, int]]  # scratch buffer id -> (byte offset in a thread's region, bytes per row)
-    thread_bytes: int          # one thread's scratch region
+    scratch: dict[int, tuple[int, int]]  # scratch buffer id -> (byte offset in a chunk's region, bytes per row)
+    thread_bytes: int          # one chunk's scratch region
     scratch_buffer: int        # the schedule buffer of every thread's region
 
     @property
@@ -52,7 +58,7 @@ class RowChain:
         return sum(k.work for k in self.members)
 
     @property
-    def threads(self) -> int:
+    def chunks(self) -> int:
         return -(-self.rows // self.step)
 
 
@@ -150,11 +156,14 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
     per_member = max(sum({b: s * schedule.buffers[b].dtype.itemsize for b, _, s in acc if s is not None}.values())
                      for acc in run_acc)  # bytes of a row of the buffers one member walks row by row
     if per_member <= target.l1_bytes: block = min(block, target.l1_bytes // per_member)
-    step = -(-rows // target.threads)  # (every member is thread-split: so is the chain)
     scratch, offset = {}, 0
     for b in scratch_ids:
         scratch[b] = (offset, row_bytes[b])
         offset += -(-block * row_bytes[b] // 64) * 64  # (each region starts on a cache line)
+    # (every member is thread-split: so is the chain) in CHUNKS_PER_THREAD chunks a thread, each with a scratch
+    # region of its own, as long as those take at most half of what the buffers would whole
+    step = -(-rows // (target.threads * CHUNKS_PER_THREAD)) if target.threads > 1 else rows
+    if -(-rows // step) * offset > max(full_bytes // 2, target.threads * offset): step = -(-rows // target.threads)
     threads = -(-rows // step)
     schedule.buffers.append(BufferSpec(dtypes.uint8, max(offset * threads, 1), "intermediate"))
     args = list(dict.fromkeys(b for k in members for b in k.args if b not in scratch))

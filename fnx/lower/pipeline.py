@@ -185,8 +185,8 @@ class Lowering:
         for i, (kernel, lines) in enumerate(self.kernels):
             if stage == "optimize" and (c := starts.get(i)) is not None:
                 parts.append(f"{c.name}: the next {len(c.members)} kernels by blocks of {c.block} of their {c.rows} "
-                             f"rows, {c.threads} thread(s); buffers {sorted(c.scratch)} in {c.thread_bytes} bytes "
-                             f"of scratch a thread")
+                             f"rows, {c.chunks} chunk(s); buffers {sorted(c.scratch)} in {c.thread_bytes} bytes "
+                             f"of scratch a chunk")
             if lines is None:
                 parts.append(f"{kernel.name}: {host_step_text(kernel)}, buffers {kernel.inputs} -> {kernel.outputs}")
                 continue

@@ -127,3 +127,20 @@ print("ok", fnx.backends.cpu_llvm._cpu_device(0).threads)
                           preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", threads or "1"]
+
+
+def test_the_threads_take_every_chunk_once_from_the_queue(pool):
+    """A thread-split loop runs as CHUNKS_PER_THREAD chunks a thread that the caller and the workers take from one
+    queue: the chunks tile the loop (an odd length: the last is short), the queue is empty after each call, and
+    every call's result is numpy's."""
+    from fnx.lower.chain import CHUNKS_PER_THREAD
+    x = np.random.default_rng(3).standard_normal((1 << 21) + 7).astype(np.float32)
+    f = _threaded(lambda x: jnp.sin(x) * 3 - 1, jnp.asarray(x))
+    exe = f.lower(jnp.asarray(x)).executable
+    [chunks] = [item.dims for item in exe.items if len(item.dims) > 1]
+    assert len(chunks) == exe.threads * CHUNKS_PER_THREAD and len({hi - lo for lo, hi in chunks[:-1]}) == 1
+    assert chunks[0][0] == 0 and all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    want = np.sin(x.astype(np.float64)) * 3 - 1
+    for _ in range(10):
+        np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), want, rtol=1e-5, atol=1e-5)
+        if pool.queue[1] == len(chunks): assert pool.queue[0] >= pool.queue[1]  # (taken natively: all of it)

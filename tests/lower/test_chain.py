@@ -183,7 +183,7 @@ f = lambda x: _layernorm_steps(jnp, x, 4)
 chains = fnx.jit(f).lower(jnp.asarray(x)).executable.lowering.chains
 assert len(chains) == 1 and len(chains[0].members) == 4, chains
 c = chains[0]
-assert c.threads == 1 and c.step == c.rows and c.block < c.rows, (c.threads, c.step, c.block)
+assert c.chunks == 1 and c.step == c.rows and c.block < c.rows, (c.chunks, c.step, c.block)
 want = _layernorm_steps(np, x.astype(np.float64), 4)
 for _ in range(2): np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
 print("ok")
