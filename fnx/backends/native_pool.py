@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
 import platform
 import threading
@@ -164,6 +165,12 @@ no:
 """
 
 
+@functools.lru_cache(maxsize=1024)
+def _bounds(chunks: tuple) -> np.ndarray:
+    """The (lo, hi) pairs of a launch's chunks as the int64 array the queue points at (made once a launch)."""
+    return np.array(chunks, np.int64)
+
+
 class NativePool:
     """`workers` native worker threads (the caller is the other one)."""
 
@@ -196,16 +203,13 @@ class NativePool:
             return False
         try:
             argv = (ctypes.c_void_p * max(len(values), 1))(*values)
-            bounds = np.array(chunks, np.int64)  # (kept alive until every worker is done)
             queue = self.queue
-            queue[1], queue[2], queue[0] = len(chunks), bounds.ctypes.data, 0
-            used = []
+            queue[1], queue[2], queue[0] = len(chunks), _bounds(chunks).ctypes.data, 0
             for ctrl in workers:
                 ctrl[2], ctrl[3], ctrl[4] = packed, ctypes.addressof(argv), queue.ctypes.data
                 ctrl[0] += 1  # published last: the worker reads the call only after it sees the new number
-                used.append(ctrl)
             self._claim(queue.ctypes.data, packed, ctypes.addressof(argv))
-            for ctrl, thread in zip(used, self.threads):
+            for ctrl, thread in zip(workers, self.threads):
                 while not self._wait(ctrl.ctypes.data, int(ctrl[0]), 1 << 22):
                     if not thread.is_alive(): raise RuntimeError("fnx: a native worker thread died")
             return True

@@ -51,7 +51,7 @@ class RowChain:
                                # then `scratch_buffer`
     scratch: dict[int, tuple[int, int]]  # scratch buffer id -> (byte offset in a chunk's region, bytes per row)
     thread_bytes: int          # one chunk's scratch region
-    scratch_buffer: int        # the schedule buffer of every thread's region
+    scratch_buffer: int        # the schedule buffer of every chunk's region
 
     @property
     def work(self) -> int:
@@ -164,8 +164,7 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
     # region of its own, as long as those take at most half of what the buffers would whole
     step = -(-rows // (target.threads * CHUNKS_PER_THREAD)) if target.threads > 1 else rows
     if -(-rows // step) * offset > max(full_bytes // 2, target.threads * offset): step = -(-rows // target.threads)
-    threads = -(-rows // step)
-    schedule.buffers.append(BufferSpec(dtypes.uint8, max(offset * threads, 1), "intermediate"))
+    schedule.buffers.append(BufferSpec(dtypes.uint8, max(offset * -(-rows // step), 1), "intermediate"))
     args = list(dict.fromkeys(b for k in members for b in k.args if b not in scratch))
     return RowChain(f"chain_{members[0].name}_{len(members)}", run[0], members, rows, block, step,
                     args + [len(schedule.buffers) - 1], scratch, offset, len(schedule.buffers) - 1)

@@ -302,10 +302,10 @@ def _two_operands(k: Kernel) -> bool:
     return bool(a - b) and bool(b - a)
 
 
-def _separated(k: Kernel) -> Kernel | None:
-    """k after SEPARATE, or None where it does not apply."""
+def _applied(k: Kernel, opt: Opt) -> Kernel | None:
+    """k after `opt`, or None where it does not apply."""
     try:
-        return apply_opt(k, Opt("SEPARATE", 0, 0))
+        return apply_opt(k, opt)
     except OptError:
         return None
 
@@ -693,11 +693,8 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         # a whole-array reduction has no output loop to thread-split: a chunk's partial per thread, computed first
         # (sum(x * x) over 2^24 floats, AVX-512 Xeon: 2.2 -> 1.2 ms; a loop the threads do not divide is left to
         # one thread: its chunks' masked loads made 2^24 + 1 floats take 2.6 ms)
-        try:
-            split = apply_opt(k, Opt("PARTIALS", 0, target.threads))
+        if (split := _applied(k, Opt("PARTIALS", 0, target.threads))) is not None:  # (None: several reductions)
             return [Opt("PARTIALS", 0, target.threads)] + heuristic_opts(split, target)
-        except OptError:
-            pass
     if (b := _transposed_operand(k)) is not None and _rows(k) >= 8:
         # `a @ b.T`: schedule it as the matmul it becomes once B is packed (a transposing copy into panels)
         red, inner = k.reduce_ranges[0], k.ranges[-1]
@@ -741,7 +738,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
             # under an epilogue (the SGD update fused into a weight gradient), the sum cannot accumulate in the
             # output: computed apart, it takes k-slabs, and the epilogue becomes a pass over the output (x.T @ g
             # - SGD, 256 x 2048 x 1024 on the AVX2 EPYC: 47 -> 113 GFLOP/s; the W9 step 33.1 -> 31.5 ms)
-            if (separated := _separated(k)) is not None:
+            if (separated := _applied(k, Opt("SEPARATE", 0, 0))) is not None:
                 return [Opt("SEPARATE", 0, 0)] + heuristic_opts(separated, target)
         if slabs and stores[0].src[2].op is Ops.REDUCE:
             opts += [Opt("SPLIT", n_out, kc), Opt("ACCUMULATE", n_out)]  # k-slabs, outermost loop
