@@ -518,7 +518,7 @@ def _digamma64(w: Array) -> Array:
 def _special(name: str) -> Callable:
     """The special function `name` on a float array (in float64), with JAX's derivative where the composition's own
     would be inexact (erf, erfc, erf_inv); lgamma and digamma differentiate their formulas."""
-    from fnx.transforms.custom import custom_jvp  # (transforms sit above lax)
+    from fnx.transforms.custom import custom_jvp, pure  # (transforms sit above lax)
     jnp = _jnp()
     value = {"erf": _erf64, "erfc": _erfc64, "erf_inv": _erf_inv64, "lgamma": _lgamma64, "digamma": _digamma64}[name]
 
@@ -529,7 +529,7 @@ def _special(name: str) -> Callable:
     slope = {"erf": lambda x, y: 2 / _SQRT_PI * jnp.exp(-x * x), "erfc": lambda x, y: -2 / _SQRT_PI * jnp.exp(-x * x),
              "erf_inv": lambda x, y: _SQRT_PI / 2 * jnp.exp(y * y)}.get(name)
     if slope is None: return run
-    wrapped = custom_jvp(run)
+    wrapped = pure(custom_jvp(run))
 
     @wrapped.defjvp
     def jvp(primals, tangents):

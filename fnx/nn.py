@@ -21,7 +21,7 @@ from fnx import lax
 from fnx import numpy as jnp
 from fnx.errors import at_user_line
 from fnx.trace import Array, eager_op
-from fnx.transforms.custom import custom_jvp  # JAX gives relu, relu6 and softplus their own derivatives
+from fnx.transforms.custom import custom_jvp, pure  # JAX gives relu, relu6 and softplus their own derivatives
 
 __all__ = ["celu", "dot_product_attention", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish",
            "hard_tanh", "identity", "initializers", "leaky_relu", "log1mexp", "log_sigmoid", "log_softmax",
@@ -114,7 +114,7 @@ def _erfc_wide(x: Array, scale: float = 1.0) -> Array:
 
 def _with_tangent(fun, tangent):
     """`fun` of one array with JAX's custom derivative: the output tangent is `tangent(x, t)`."""
-    wrapped = custom_jvp(fun)
+    wrapped = pure(custom_jvp(fun))
 
     @wrapped.defjvp
     def jvp(primals, tangents):

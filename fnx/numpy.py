@@ -31,7 +31,7 @@ from fnx.errors import ConcretizationError, NonConcreteBooleanIndexError, ShapeE
 from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_array, broadcast_shapes, cast,
                        check_operand, eager_op, elementwise, imag_part, inexact_dtype, is_python_scalar, make_complex,
                        normalize_axes, prepare, promote, real_part, shape_str, stack_arrays, state, with_weak)
-from fnx.transforms.custom import custom_jvp
+from fnx.transforms.custom import custom_jvp, pure
 
 # ---- dtype names and constants (numpy's scalar types, so `x.dtype == jnp.float32` holds) ----
 
@@ -800,7 +800,7 @@ def _with_derivative(compute, derivative):
     """`compute` with an explicit derivative (a custom_jvp): `derivative(*xs, y)` gives dy/dx_i per argument.
     The approximations behind these functions select between branches, and differentiating through a branch
     that is not taken can turn a zero cotangent into 0 * inf = NaN; the closed form has no such branches."""
-    fun = custom_jvp(compute)
+    fun = pure(custom_jvp(compute))
 
     @fun.defjvp
     def jvp(primals, tangents):

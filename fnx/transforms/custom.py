@@ -19,7 +19,7 @@ from typing import Any, Callable, Container, Sequence
 from fnx import dtypes, lax, tree_util
 from fnx.errors import UnexpectedTracerError, at_user_line
 from fnx.rewrite import substitute
-from fnx.trace import Array, LRUCache, _realize_tree, building, inline, state, trace
+from fnx.trace import Array, LRUCache, _device_of, _realize_tree, abstract_leaf, building, inline, state, trace
 from fnx.uop import Ops, ParamArg, UOp
 
 _serial = itertools.count()
@@ -66,16 +66,21 @@ def with_static(static: tuple, dynamic: Sequence[Any]) -> list:
     return [positions[i] if i in positions else next(it) for i in range(len(positions) + len(dynamic))]
 
 
-def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial: int, **rules) -> Any:
-    """Trace `fun` on the dynamic arguments and return the GETTUPLE outputs of a CALL node."""
+def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial: int, pure: bool = False,
+          **rules) -> Any:
+    """Trace `fun` on the dynamic arguments and return the GETTUPLE outputs of a CALL node. A `pure` function's
+    abstract trace (under jit) is kept per argument structure, types and devices (`_traces`)."""
     static = tuple((i, args[i]) for i in nondiff_argnums)
     dynamic = tuple(a for i, a in enumerate(args) if i not in nondiff_argnums)
     leaves, in_tree = tree_util.tree_flatten(dynamic)
 
     def body(*dyn):
         return fun(*with_static(static, dyn))
-    traced = trace(body, dynamic, transform=True, tag=("custom", serial),
-                   kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
+    key = _trace_key(serial, in_tree, leaves, static) if pure and state.tracing else None
+    if key is None or (traced := _traces.get(key)) is None:
+        traced = trace(body, dynamic, transform=True, tag=("custom", serial),
+                       kind=f"{kind} of {getattr(fun, '__name__', 'a function')}")
+        if key is not None: _traces.put(key, traced)
     rule = _rules_cache(kind, fun, traced.in_tree, traced.out_tree, static, serial, rules)
     arg_uops = [_leaf(x, p) for x, p in zip(leaves, traced.fn.src[1:])]
     body = traced.body
@@ -94,6 +99,18 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
 
 
 _rules = LRUCache(4096)  # bounded: a checkpoint made anew each step (a new serial) must not pin its closures forever
+# the abstract traces of fnx's own custom_jvp functions (exp, log, tanh, ...): a function of its arguments alone,
+# so one trace per signature serves every call (the W4 step traced exp's body four times: 2.2-3.3 ms of 7-11)
+_traces = LRUCache(4096)
+
+
+def _trace_key(serial: int, in_tree: Any, leaves: list, static: tuple) -> tuple | None:
+    """What a pure function's trace depends on: its arguments' structure, types and devices, the static
+    arguments and the x64 mode (None when a static argument cannot be hashed)."""
+    avals = tuple((*abstract_leaf(x), _device_of(x)) for x in leaves)
+    static = _hashable(static)
+    if not isinstance(static, tuple): return None
+    return serial, in_tree, avals, static, state.default_device, dtypes.x64_enabled()
 
 
 def free_params(body: UOp, own: tuple) -> list[UOp]:
@@ -189,6 +206,7 @@ class custom_jvp:
     def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
         self.fun, self.nondiff_argnums, self.jvp = fun, tuple(nondiff_argnums), None
         self.serial = next(_serial)
+        self.pure = False  # (fnx's own functions: see `pure`)
         functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp: Callable) -> Callable:
@@ -199,8 +217,16 @@ class custom_jvp:
         if self.jvp is None:
             raise AttributeError(at_user_line(f"custom_jvp {self.fun.__name__} has no jvp rule: call .defjvp first"))
         with building():
-            out = _call("jvp", self.fun, args, self.nondiff_argnums, self.serial, jvp=self.jvp)
+            out = _call("jvp", self.fun, args, self.nondiff_argnums, self.serial, self.pure, jvp=self.jvp)
         return _realize_tree(out) if not state.depth else out
+
+
+def pure(fun: custom_jvp) -> custom_jvp:
+    """`fun` marked as a function of its arguments alone (no global state, no closed-over traced values, no
+    Python branch on values): under jit its trace for a signature is made once and reused. For fnx's own
+    elementwise functions; a user's custom_jvp is traced at every call, as in JAX."""
+    fun.pure = True
+    return fun
 
 
 class custom_vjp:

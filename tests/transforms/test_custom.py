@@ -149,6 +149,47 @@ def test_custom_jvp_without_a_rule_raises():
         f(X3)
 
 
+def test_fnx_own_functions_are_traced_once_a_signature_under_jit(monkeypatch):
+    from fnx.transforms import custom
+    kinds = []
+    real = custom.trace
+    monkeypatch.setattr(custom, "trace", lambda f, args, **kw: kinds.append(kw["kind"]) or real(f, args, **kw))
+    monkeypatch.setattr(custom, "_traces", custom.LRUCache(64))
+    a, c = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    b = rng.standard_normal((5, 3))  # float64 (x64 on): a signature of its own
+
+    def f(a, b, c):  # exp of a twice, of b, of c (another shape), of a float32 scalar and of a weak one: five
+        return jnp.exp(a) + jnp.exp(a * 2), jnp.exp(b), jnp.exp(c), jnp.exp(a[0, 0] * 0 + 1.5), jnp.exp(2.0) * a
+    got = fnx.jit(f)(a, b, c)
+    assert kinds.count("jvp of exp") == 5, kinds
+    want = (np.exp(a) + np.exp(a * 2), np.exp(b), np.exp(c), np.exp(np.float32(1.5)),
+            (np.exp(2.0) * a).astype(np.float32))
+    for x, y in zip(got, want):
+        assert np.asarray(x).dtype == y.dtype
+        np.testing.assert_allclose(np.asarray(x), y, rtol=2e-7 if y.dtype == np.float64 else 2e-6)
+    # a second jit, and reverse mode through the kept trace: the same values, no new trace of those signatures
+    grads = fnx.jit(fnx.grad(lambda a, b: (jnp.exp(a) * jnp.exp(a * 2)).sum() + jnp.exp(b).sum(), (0, 1)))(a, b)
+    np.testing.assert_allclose(np.asarray(grads[0]), 3 * np.exp(3 * a.astype(np.float64)), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads[1]), np.exp(b), rtol=1e-12)
+    assert kinds.count("jvp of exp") == 5, kinds
+
+
+def test_a_users_custom_jvp_is_traced_at_every_call():
+    scale = [2.0]
+
+    @fnx.custom_jvp
+    def g(x):  # reads a global: each trace must see its value then, as in JAX
+        return x * scale[0]
+
+    @g.defjvp
+    def g_jvp(primals, tangents):
+        return g(primals[0]), tangents[0] * scale[0]
+    np.testing.assert_allclose(np.asarray(fnx.jit(lambda x: g(x))(X3)), 2 * X3)
+    scale[0] = 5.0
+    np.testing.assert_allclose(np.asarray(fnx.jit(lambda x: g(x))(X3)), 5 * X3)
+    np.testing.assert_allclose(np.asarray(fnx.jit(fnx.grad(lambda x: g(x).sum()))(X3)), 5.0)
+
+
 # ---- custom_vjp ----
 
 @fnx.custom_vjp
