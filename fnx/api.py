@@ -19,6 +19,7 @@ from fnx.config import config
 from fnx.debug.callbacks import host_arguments, run_on_host
 from fnx.errors import UnsupportedError, at_user_line
 from fnx.trace import Array, Traced, as_array, state, trace
+from fnx.transforms.custom import clear_traces as clear_custom_traces
 from fnx.transforms.grad import jacrev
 from fnx.transforms.jit import Graph, ShapeDtypeStruct, abstract_value, clear_trace_caches, make_graph
 from fnx.uop import UOp
@@ -187,6 +188,7 @@ def clear_caches() -> None:
     """Forget every traced and compiled program (jit's traces, the compiled executables), as jax.clear_caches; the
     next calls trace and compile again. The on-disk compile cache (FNX_CACHE_DIR) is kept."""
     clear_trace_caches()
+    clear_custom_traces()
     with _executables.lock:  # the device layer's LRU of compiled FUNCTIONs has no clear(): empty it here
         _executables.entries.clear()
 

@@ -104,6 +104,11 @@ _rules = LRUCache(4096)  # bounded: a checkpoint made anew each step (a new seri
 _traces = LRUCache(4096)
 
 
+def clear_traces() -> None:
+    """Forget the kept traces of fnx's own custom_jvp functions (fnx.clear_caches)."""
+    with _traces.lock: _traces.entries.clear()
+
+
 def _trace_key(serial: int, in_tree: Any, leaves: list, static: tuple) -> tuple | None:
     """What a pure function's trace depends on: its arguments' structure, types and devices, the static
     arguments and the x64 mode (None when a static argument cannot be hashed)."""

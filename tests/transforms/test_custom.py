@@ -172,6 +172,9 @@ def test_fnx_own_functions_are_traced_once_a_signature_under_jit(monkeypatch):
     np.testing.assert_allclose(np.asarray(grads[0]), 3 * np.exp(3 * a.astype(np.float64)), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(grads[1]), np.exp(b), rtol=1e-12)
     assert kinds.count("jvp of exp") == 5, kinds
+    fnx.clear_caches()  # forgets them too
+    np.testing.assert_allclose(np.asarray(fnx.jit(jnp.exp)(c)), np.exp(c), rtol=2e-6)
+    assert kinds.count("jvp of exp") == 6, kinds
 
 
 def test_a_users_custom_jvp_is_traced_at_every_call():
