@@ -100,7 +100,7 @@ def _call(kind: str, fun: Callable, args: tuple, nondiff_argnums: tuple, serial:
 
 _rules = LRUCache(4096)  # bounded: a checkpoint made anew each step (a new serial) must not pin its closures forever
 # the abstract traces of fnx's own custom_jvp functions (exp, log, tanh, ...): a function of its arguments alone,
-# so one trace per signature serves every call (the W4 step traced exp's body four times: 2.2-3.3 ms of 7-11)
+# so one trace per signature serves every call and its rule's call (W4 step's trace 8.7 -> 7.4 ms, GPT's 64 -> 54)
 _traces = LRUCache(4096)
 
 
