@@ -29,6 +29,7 @@ from fnx.backends.chain_driver import render_driver
 from fnx.backends.cpu_target import host_target
 from fnx.backends.control import run_control
 from fnx.backends.scan_loop import compile_cond, compile_scan, compile_while
+from fnx.backends.shared_libraries import Library, SharedLibraries
 from fnx.backends.llvm_render import module_source, render_function
 from fnx.backends.lowering_cache import LoweringCache
 from fnx.config import config, usable_cpus
@@ -125,8 +126,10 @@ class LLVMCompiler:
         self.llvm_target = llvm.Target.from_triple(triple)
         self.machine_options = dict(cpu=cpu, features=features, opt=3)
         # (the target's other facts shaped the IR, which the key hashes too)
-        self._cache = ObjectCache(config.cache_dir, f"{triple} {cpu} {features} llvmlite "
-                                                    f"{llvmlite.__version__} llvm {llvm.llvm_version_info} {PIPELINE}")
+        target_id = (f"{triple} {cpu} {features} llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
+                     f"{PIPELINE}")
+        self._cache = ObjectCache(config.cache_dir, target_id)
+        self._libraries = SharedLibraries(config.cache_dir, target_id)
 
     @property
     def _machine(self):
@@ -153,6 +156,19 @@ class LLVMCompiler:
         """A future of (object code, module) of LLVM IR `source`, compiled on an LLVM thread; `link` makes the
         objects of several modules one engine."""
         return _llvm_thread.submit(self._timed_object, source, events.current_name())
+
+    def library(self, sources: list[str]) -> Library | None:
+        """The shared library an earlier process linked from the modules of `sources`, when the cache has it
+        (fnx/backends/shared_libraries.py)."""
+        self._ready.result()
+        return self._libraries.open(self._library_key(sources))
+
+    def keep_library(self, sources: list[str], objects: list[bytes]) -> None:
+        """Have the modules of `sources`, compiled to `objects`, linked into a shared library at exit."""
+        self._libraries.keep(self._library_key(sources), objects)
+
+    def _library_key(self, sources: list[str]) -> str:
+        return self._libraries.key([self._cache.key(source) for source in sources])
 
     def link(self, objects: list[bytes]):
         """One engine holding the machine code of every object (linking each module's in an engine of its own
@@ -301,8 +317,9 @@ class _Modules:
 
     def __init__(self, compiler: LLVMCompiler, renderer: LLVMRenderer):
         self.compiler, self.renderer, self.pending, self.size = compiler, renderer, [], 0
-        self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (object code, module))
+        self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (object code, module) or None)
         self.sources: list[str] = []
+        self.library: Library | None = None  # every module's code, linked by an earlier process (no jobs then)
 
     def add(self, kernels: list) -> None:
         for kernel, lines in kernels:
@@ -319,12 +336,16 @@ class _Modules:
         self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit_object(source)))
         self.pending, self.size = [], 0
 
-    def finish(self) -> tuple[dict, list]:
-        """{kernel name: its engine} and the modules, once every module is compiled: one engine links them all."""
+    def finish(self, keep: bool = False) -> tuple[dict, list]:
+        """{kernel name: its engine} and the modules, once every module is compiled: one engine links them all
+        (or the library an earlier process linked them into). `keep`: have them linked into a library at exit
+        for later processes (whose lowering comes from the disk cache)."""
         self.flush()
         if not self.jobs: return {}, []
+        if self.library is not None: return {n: self.library for names, _ in self.jobs for n in names}, self.sources
         objects, modules = zip(*(job.result() for _, job in self.jobs))
         engine = self.compiler.link(list(objects))
+        if keep: self.compiler.keep_library(self.sources, list(objects))
         return {n: engine for names, _ in self.jobs for n in names}, list(modules)
 
 
@@ -346,10 +367,11 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
     disk_key = disk.key(fn) if not config.beam and not overriding() else None
     with _quick_gil_handoffs():
         start = time.perf_counter()
-        def link(sources):  # lowered by an earlier process: its modules' object code is in the compile cache too
-            for names, source in sources:  # (read on the LLVM threads while the kernels are decoded)
+        def link(sources):  # lowered by an earlier process: its modules' object code is in the compile cache too,
+            modules.library = device.compiler.library([source for _, source in sources])  # maybe a library of it
+            for names, source in sources:  # (else read on the LLVM threads while the kernels are decoded)
                 modules.sources.append(source)
-                modules.jobs.append((names, device.compiler.submit_object(source)))
+                modules.jobs.append((names, None if modules.library else device.compiler.submit_object(source)))
         hit = disk.load(disk_key, fn, link) if disk_key is not None else None
         if hit is not None and events.active:
             events.finished("lower", events.current_name(), start, lowering_cache="hit",
@@ -359,6 +381,7 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
         else:
             modules.sources.clear()  # (an entry that failed to decode after its modules were submitted)
             modules.jobs.clear()
+            modules.library = None
             lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
             if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
                 source = module_source([(render_driver(c), set()) for c in lowering.chains])
@@ -366,7 +389,7 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
                 modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit_object(source)))
         if any(k.thread_range >= 0 for k, lines in lowering.kernels if lines is not None):
             native_pool.start(device.compiler, device.threads - 1)  # (while LLVM finishes: the first run uses it)
-        engine_of, compiled = modules.finish()
+        engine_of, compiled = modules.finish(keep=disk_key is not None)
     if hit is None and disk_key is not None:
         disk.store(disk_key, lowering, [(names, source) for (names, _), source in zip(modules.jobs, modules.sources)])
     found = (lowering, engine_of, compiled, "\n\n".join(modules.sources))

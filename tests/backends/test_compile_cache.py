@@ -15,17 +15,22 @@ f = fnx.jit(lambda x: jnp.tanh(x @ x.T).sum(-1))
 x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
 print(json.dumps(np.asarray(f(jnp.asarray(x))).tolist()))
 cache = cpu_llvm._compiler().cache
-print(cache.hits, cache.misses)
+print(cache.hits, cache.misses, cpu_llvm._compiler()._libraries.opened)
 """
 
 
-def run(cache_dir: str) -> tuple[list, int, int]:
-    env = dict(os.environ, FNX_CACHE_DIR=cache_dir)
+# no C compiler: a warm process links the cached object code with MCJIT (with one, it opens the shared library
+# that the process before linked at exit instead, and reads no object code: tested below)
+NO_LIBRARIES = {"CC": "fnx-no-such-compiler"}
+
+
+def run(cache_dir: str, libraries: bool = False) -> tuple[list, int, int] | tuple[list, int, int, int]:
+    env = dict(os.environ, FNX_CACHE_DIR=cache_dir, **({} if libraries else NO_LIBRARIES))
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     values, counts = out.stdout.strip().splitlines()[-2:]
-    hits, misses = map(int, counts.split())
-    return json.loads(values), hits, misses
+    hits, misses, opened = map(int, counts.split())
+    return (json.loads(values), hits, misses, opened) if libraries else (json.loads(values), hits, misses)
 
 
 def test_warm_process_skips_llvm_and_gets_the_same_result(tmp_path):
@@ -67,7 +72,7 @@ def test_a_valid_file_under_another_keys_name_is_recompiled(tmp_path):
     """Every entry carries its own key: another program's machine code copied over this one's (it segfaulted every
     later run) is ignored and recompiled."""
     other = tmp_path / "other"
-    env = dict(os.environ, FNX_CACHE_DIR=str(other))
+    env = dict(os.environ, FNX_CACHE_DIR=str(other), **NO_LIBRARIES)
     donor_run = subprocess.run([sys.executable, "-c", OTHER_PROGRAM], env=env, capture_output=True, timeout=120)
     assert donor_run.returncode == 0
     donors = [os.path.join(r, n) for r, _, files in os.walk(other) for n in files if n.endswith(".o")]
@@ -115,7 +120,7 @@ print(cache.hits, cache.misses)
 def test_warm_process_links_cached_code_and_shows_the_same_assembly(tmp_path):
     """A warm process links the cached object code without parsing its IR; asked for the assembly, it compiles
     the IR again and shows what the cold process compiled, and the results agree."""
-    env = dict(os.environ, FNX_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, FNX_CACHE_DIR=str(tmp_path), **NO_LIBRARIES)
     outs = []
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", ASM_PROGRAM], env=env, capture_output=True, text=True, timeout=120)
@@ -126,3 +131,48 @@ def test_warm_process_links_cached_code_and_shows_the_same_assembly(tmp_path):
     assert abs(float(cold_sum) - want) < 1e-3 * want and cold_sum == warm_sum
     assert cold_hits == "0" and int(warm_hits) >= 1 and warm_misses == "0"
     assert warm_asm == cold_asm
+
+
+def _libraries(directory) -> list[str]:
+    return [os.path.join(r, n) for r, _, files in os.walk(directory) for n in files if n.endswith(".so")]
+
+
+def test_warm_process_opens_the_library_the_cold_one_linked_at_exit(tmp_path):
+    """With a C compiler, the process that compiled a program links its modules into a shared library as it
+    exits; the next process opens that library (no object code read, no MCJIT link) and computes the same."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    cold, hits, misses, opened = run(str(tmp_path), libraries=True)
+    assert hits == 0 and misses >= 1 and opened == 0
+    assert len(_libraries(tmp_path)) == 1 and os.path.exists(_libraries(tmp_path)[0] + ".sha256")
+    warm, hits, misses, opened = run(str(tmp_path), libraries=True)
+    assert opened == 1 and misses == 0 and warm == cold
+    np.testing.assert_allclose(cold, np.tanh(x @ x.T).sum(-1), rtol=1e-5)
+
+
+def test_a_damaged_or_foreign_library_is_not_opened(tmp_path):
+    """A library whose bytes do not match its digest (damaged), or another program's library under this one's
+    name, is not opened: the objects are linked with MCJIT and the result is the same."""
+    cold, _, _, _ = run(str(tmp_path), libraries=True)
+    path, = _libraries(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    again, hits, misses, opened = run(str(tmp_path), libraries=True)
+    assert opened == 0 and hits >= 1 and again == cold
+    again, hits, misses, opened = run(str(tmp_path), libraries=True)  # (linked again as that process exited)
+    assert opened == 1 and again == cold
+    other = tmp_path / "other"
+    env = dict(os.environ, FNX_CACHE_DIR=str(other))
+    donor_run = subprocess.run([sys.executable, "-c", OTHER_PROGRAM], env=env, capture_output=True, timeout=120)
+    assert donor_run.returncode == 0
+    donor = _libraries(other)[0]
+    for suffix in ("", ".sha256"):  # (the donor's library with its own, valid digest)
+        with open(donor + suffix, "rb") as f, open(path + suffix, "wb") as g: g.write(f.read())
+    again, hits, misses, opened = run(str(tmp_path), libraries=True)
+    assert opened == 0 and hits >= 1 and again == cold
+
+
+def test_no_library_is_made_without_a_c_compiler(tmp_path):
+    cold, _, _ = run(str(tmp_path))
+    warm, hits, misses = run(str(tmp_path))
+    assert _libraries(tmp_path) == [] and hits >= 1 and misses == 0 and warm == cold
