@@ -320,6 +320,7 @@ class _Modules:
         self.jobs: list[tuple[list[str], object]] = []   # (kernel names, future of (object code, module) or None)
         self.sources: list[str] = []
         self.library: Library | None = None  # every module's code, linked by an earlier process (no jobs then)
+        self.objects: tuple[bytes, ...] = ()  # the object code that `finish` linked with MCJIT
 
     def add(self, kernels: list) -> None:
         for kernel, lines in kernels:
@@ -336,17 +337,20 @@ class _Modules:
         self.jobs.append(([name for name, _, _ in self.pending], self.compiler.submit_object(source)))
         self.pending, self.size = [], 0
 
-    def finish(self, keep: bool = False) -> tuple[dict, list]:
+    def finish(self) -> tuple[dict, list]:
         """{kernel name: its engine} and the modules, once every module is compiled: one engine links them all
-        (or the library an earlier process linked them into). `keep`: have them linked into a library at exit
-        for later processes (whose lowering comes from the disk cache)."""
+        (or the library an earlier process linked them into)."""
         self.flush()
         if not self.jobs: return {}, []
         if self.library is not None: return {n: self.library for names, _ in self.jobs for n in names}, self.sources
-        objects, modules = zip(*(job.result() for _, job in self.jobs))
-        engine = self.compiler.link(list(objects))
-        if keep: self.compiler.keep_library(self.sources, list(objects))
+        self.objects, modules = zip(*(job.result() for _, job in self.jobs))
+        engine = self.compiler.link(list(self.objects))
         return {n: engine for names, _ in self.jobs for n in names}, list(modules)
+
+    def keep(self) -> None:
+        """Have the modules MCJIT linked here linked into a library at exit, for later processes (whose lowering
+        comes from the disk cache)."""
+        if self.library is None and self.objects: self.compiler.keep_library(self.sources, list(self.objects))
 
 
 _lowerings = LRUCache(256)
@@ -389,9 +393,13 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
                 modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit_object(source)))
         if any(k.thread_range >= 0 for k, lines in lowering.kernels if lines is not None):
             native_pool.start(device.compiler, device.threads - 1)  # (while LLVM finishes: the first run uses it)
-        engine_of, compiled = modules.finish(keep=disk_key is not None)
+        engine_of, compiled = modules.finish()
     if hit is None and disk_key is not None:
-        disk.store(disk_key, lowering, [(names, source) for (names, _), source in zip(modules.jobs, modules.sources)])
+        if disk.store(disk_key, lowering, [(names, source) for (names, _), source in zip(modules.jobs,
+                                                                                        modules.sources)]):
+            modules.keep()
+    elif hit is not None:
+        modules.keep()
     found = (lowering, engine_of, compiled, "\n\n".join(modules.sources))
     if all(p.device is None for p in fn.src[1:]): _lowerings.put(key, found)  # (others are per device anyway)
     return found

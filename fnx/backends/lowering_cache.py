@@ -300,13 +300,14 @@ class LoweringCache:
             except (ValueError, KeyError, TypeError, IndexError, zlib.error):  # (a damaged or foreign entry)
                 return None
 
-    def store(self, key: str, lowering: Lowering, modules: list) -> None:
-        """Write the entry; a lowering this cache cannot encode (a host step; a graph deeper than the recursion
-        limit) is simply not stored: the next process lowers it again."""
+    def store(self, key: str, lowering: Lowering, modules: list) -> bool:
+        """Write the entry (True); a lowering this cache cannot encode (a host step; a graph deeper than the
+        recursion limit) is simply not stored (False): the next process lowers it again."""
         try:
             self.files.store(key, encode(lowering, modules))
         except (Uncacheable, RecursionError):
-            return
+            return False
+        return True
 
 
 __all__ = ["LoweringCache", "encode", "decode", "Uncacheable"]
