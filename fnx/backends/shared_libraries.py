@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -42,7 +43,7 @@ class Library:
     may run until the process ends)."""
 
     def __init__(self, path: str):
-        self.path, self.lib = path, ctypes.CDLL(path)
+        self.lib = ctypes.CDLL(path)
 
     def get_function_address(self, name: str) -> int:
         return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
@@ -55,7 +56,7 @@ class SharedLibraries:
         self.directory, self.target_id = directory, target_id
         self.pending: dict[str, list[bytes]] = {}  # key -> the objects to link at exit
         self.lock = threading.Lock()
-        self.opened = self.built = 0
+        self.opened = 0  # libraries opened (the tests read it)
         self.invalid: set[str] = set()  # keys whose library on disk did not match its digest: linked again
         if directory is not None: atexit.register(self.build_pending)
         if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=self._forget_pending)
@@ -104,7 +105,7 @@ class SharedLibraries:
                 if not self.pending: return
                 key = next(iter(self.pending))
                 objects = self.pending.pop(key)
-            if self.build(key, objects, max(1.0, BUILD_BUDGET - (time.perf_counter() - start))): self.built += 1
+            self.build(key, objects, max(1.0, BUILD_BUDGET - (time.perf_counter() - start)))
 
     def build(self, key: str, objects: list[bytes], timeout: float = 60.0) -> bool:
         """Link `objects` with the C compiler driver (within `timeout` seconds) and store the library under `key`;
@@ -130,15 +131,11 @@ class SharedLibraries:
         return True
 
 
-_found: list[str | None] = []
-
-
+@functools.cache
 def _compiler() -> str | None:
     """The C compiler driver that links libraries: $CC, else cc, gcc or clang on PATH; None when there is none."""
-    if not _found:
-        names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-        _found.append(next((p for p in map(shutil.which, names) if p), None))
-    return _found[0]
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    return next((p for p in map(shutil.which, names) if p), None)
 
 
 __all__ = ["Library", "SharedLibraries", "BUILD_BUDGET"]
