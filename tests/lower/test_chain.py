@@ -207,3 +207,30 @@ def test_layernorm_rows_two_at_a_time_in_the_chain():
     assert len(chains) == 1 and chains[0].rows == 518
     want = _layernorm_steps(np, x.astype(np.float64), 4)
     np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_kernel_whose_rows_run_inside_other_loops_joins_no_chain():
+    """A large matmul's k-slabs and column blocks run outside its thread-split row loop, so that each column block
+    of B stays in L2 while every row block walks it. Chained with the kernel that packs A, it ran all of them
+    again for every block of rows (B read again from memory every 16 rows: 4096² 620 ms instead of 480-610).
+    Lowered for a fixed AVX-512 target with a 2 MiB L2 (no code is run for it), the packing of A and the product
+    are kernels of their own; the product on this host matches numpy in float64."""
+    from dataclasses import replace
+
+    from fnx.backends.cpu_target import host_target
+    from fnx.config import config
+    from fnx.lower.pipeline import lower
+    n = 2048
+    a_np, b_np = np.random.default_rng(3).standard_normal((2, n, n)).astype(np.float32)
+    a, b = jnp.asarray(a_np), jnp.asarray(b_np)
+    f = lambda a, b: a @ b  # noqa: E731
+    target = replace(host_target(2, config.cpu_target), vector_bytes=64, vector_registers=32, fma=True,
+                     l1_bytes=48 << 10, l2_bytes=2 << 20)
+    lowering = lower(fnx.jit(f).lower(a, b).traced.fn, target, chains=True)
+    kernels = [k for k, lines in lowering.kernels if lines is not None]
+    nested = [k for k in kernels if any(r.arg.size > 1 for r in k.ranges[:k.thread_range])]
+    assert [k.name for k in nested] == ["k0_dot_2048x2048x1_acc"], [k.name for k in kernels]  # (what is tested)
+    assert any(k.name.endswith("_pack1") for k in kernels)  # A packed: a kernel the product could be chained with
+    assert not any(m in nested for c in lowering.chains for m in c.members), lowering.chains
+    got = np.asarray(fnx.jit(f)(a, b)).astype(np.float64)
+    np.testing.assert_allclose(got, a_np.astype(np.float64) @ b_np, rtol=1e-4, atol=2e-3 * np.sqrt(n))
