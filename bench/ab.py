@@ -102,7 +102,10 @@ def _settings(variant: str) -> list[tuple[object, str, int]]:
 
 
 def _build(workload: str, variant: str):
-    """The workload's program compiled under `variant`'s settings (restored afterwards), and its arguments."""
+    """The workload's program compiled under `variant`'s settings (restored afterwards), and its arguments. It is
+    the compiled executable that is kept and called: a jitted function looks its executable up again after the
+    next variant's build has emptied the caches, and then finds that variant's lowering under the same graph
+    (every variant ran the last one's code, so each A/B compared a build with itself)."""
     settings = _settings(variant)
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings] + [(config, "cache_dir", config.cache_dir)]
     for mod, name, value in settings: setattr(mod, name, value)
@@ -111,11 +114,11 @@ def _build(workload: str, variant: str):
         fnx.clear_caches()
         cpu_llvm._lowerings.entries.clear()  # (the backend's lowerings by graph: clear_caches keeps them)
         fn, args = PROGRAMS[workload]()
-        jitted = fnx.jit(fn)
-        fnx.block_until_ready(jitted(*args))
+        compiled = fnx.jit(fn).lower(*args).compile()
+        fnx.block_until_ready(compiled(*args))
     finally:
         for mod, name, value in saved: setattr(mod, name, value)
-    return jitted, args
+    return compiled, args
 
 
 def main() -> None:

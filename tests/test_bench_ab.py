@@ -13,11 +13,19 @@ from fnx.lower import pipeline
 
 def test_each_variant_is_compiled_under_its_own_setting():
     before = pipeline.STREAM_MIN_CACHES
-    texts = []
+    built = []
     for variant in ("base", "fnx.lower.pipeline.STREAM_MIN_CACHES=1000000", "base"):
-        jitted, args = ab._build("W10", variant)
+        built.append(ab._build("W10", variant))
         assert pipeline.STREAM_MIN_CACHES == before  # restored after the build
-        texts.append(jitted.lower(*args).as_text("llvm"))
+    # after every build (each emptied the in-process caches), each variant still runs its own executable: a
+    # jitted function would look its code up again and find the last variant's under the same graph
+    executables = []
+    for compiled, args in built:
+        executables.append(compiled.lowered.executable)
+        compiled(*args)
+        assert compiled.lowered.executable is executables[-1]
+    assert len({id(e) for e in executables}) == 3
+    texts = [compiled.as_text("llvm") for compiled, _ in built]
     assert "!nontemporal" in texts[0] and "!nontemporal" not in texts[1] and "!nontemporal" in texts[2]
 
 
