@@ -34,6 +34,9 @@ CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, 
                        # as they finish (fnx/backends/native_pool.py): a core slowed by another tenant takes fewer
                        # (one equal chunk a thread waited for the slower core: a 1024² matmul's caller half took
                        # 10.7 ms while the worker's half was done)
+CHAIN_L1_PERCENT = 67  # of L1 a member's rows of a block (what it reads and writes) may fill: all of it left no room
+                       # for the rest a kernel touches, and part of each block came back from L2 (W10, interleaved:
+                       # 2 row pairs a block against 3, 0.94x the time in two runs; 1 pair 0.97x)
 CHAIN_MIN_BYTES = 1 << 20  # the chain's scratch buffers together at least this big: smaller ones stay in cache anyway
 
 
@@ -156,12 +159,12 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
         s * schedule.buffers[b].dtype.itemsize for b, s in {(b, s) for acc in run_acc for b, w, s in acc
                                                             if s is not None and b not in written})
     # the whole chain's block in half of L2, and where a row allows, what one member reads and writes of the block
-    # in L1 for the next member (W10's eight layernorms, 8 KB a row a member: 6 rows against 28, 2.30 -> 1.92 ms
-    # at best; fewer rows pay the driver's call of each member more often: 1 row 2.72 ms)
+    # in CHAIN_L1_PERCENT of L1 for the next member (W10's eight layernorms, 8 KB a row a member: 6 rows against 28,
+    # 2.30 -> 1.92 ms at best; fewer rows pay the driver's call of each member more often: 1 row 2.72 ms)
     block = max(1, min(rows, target.l2_bytes // 2 // max(touched, 1)))
     per_member = max(sum({b: s * schedule.buffers[b].dtype.itemsize for b, _, s in acc if s is not None}.values())
                      for acc in run_acc)  # bytes of a row of the buffers one member walks row by row
-    if per_member <= target.l1_bytes: block = min(block, target.l1_bytes // per_member)
+    if per_member <= target.l1_bytes: block = min(block, target.l1_bytes * CHAIN_L1_PERCENT // 100 // per_member)
     scratch, offset = {}, 0
     for b in scratch_ids:
         scratch[b] = (offset, row_bytes[b])
