@@ -102,6 +102,42 @@ def _next_id(k: Kernel) -> int:
     return 1 + max((u.arg.number for u in k.sink.toposort if u.op is Ops.RANGE), default=-1)
 
 
+MERGE_MAX_INNER = 64  # iterations of the inner loop of two that merge_batch_loops merges, at most: heads are few,
+                      # and a longer loop is more likely a sequence, whose merge with the batch would give the
+                      # kernels over (b * h, t, t) rows of b * h * t (the chain of attention's kernels broke)
+
+
+def merge_batch_loops(k: Kernel) -> Kernel:
+    """`k` with its first two output loops merged into one, when it has three or more, the inner one has at most
+    MERGE_MAX_INNER iterations, and every load and store walks the two as one loop (the outer one's stride is the
+    inner one's times its size: the batch and head loops of attention over contiguous (b, h, t, t) and (b, h, t, d)
+    arrays). The iteration order is the same; what changes is that the outermost loop, the one threads split and
+    row chains block, has b * h rows instead of b: the W12 attention step's chain of nine kernels, blocked by one
+    batch of 8 heads, held 7.3 MB of scratch a chunk, far beyond L2; by one (batch, head) it holds 0.9 MB, and the
+    step took 0.88-0.92x the time (interleaved A/B; the W4 and W9 steps within noise). The kernels over (b, h, t)
+    and (b, h, t, t) merge alike, and as those of (b * h, 1, ...) arrays are, so they still chain. Loops that
+    anything else reads (a gate, a computed value), or that an index uses otherwise, stay as they are."""
+    if k.row_ranges is not None or k.opts or k.thread_candidate != 0: return k
+    if len(k.ranges) >= 3 and k.ranges[1].arg.size <= MERGE_MAX_INNER:
+        outer, inner = k.ranges[0], k.ranges[1]
+        merged = UOp(Ops.RANGE, INDEX, (), RangeArg(_next_id(k), outer.arg.size * inner.arg.size))
+        indices: dict[UOp, UOp] = {}
+        for u in k.sink.toposort:
+            if u.op not in (Ops.LOAD, Ops.STORE) or u.src[1] in indices: continue
+            parts, constant = terms(u.src[1])
+            c_outer = sum(c for t, c in parts if t is outer)
+            c_inner = sum(c for t, c in parts if t is inner)
+            rest = [(t, c) for t, c in parts if t is not outer and t is not inner]
+            if c_outer != c_inner * inner.arg.size or any({outer, inner} & set(t.toposort) for t, _ in rest):
+                return k
+            indices[u.src[1]] = build(u.src[1].dtype, rest + [(merged, c_inner)], constant)
+        sink = _rebuild(k.sink, lambda u, src: with_src(u, (src[0], indices[u.src[1]], *src[2:]))
+                        if u.op in (Ops.LOAD, Ops.STORE) else with_src(u, src))
+        if {outer, inner} & set(sink.toposort): return k  # (a gate or a value reads one of them)
+        k = replace(k, sink=sink, ranges=[merged] + k.ranges[2:])
+    return k
+
+
 def _and(gate: UOp | None, valid: UOp) -> UOp:
     return valid if gate is None else gate.alu(Ops.AND, valid)
 
@@ -816,6 +852,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
             except OptError:
                 pass
         if (ROW_PAIRS and any(a >= len(k.ranges) for a in wanted) and len(k.ranges) == 2 and thread_axis == 0
+                and len(k.ranges) - 1 in wanted  # (the row is written elementwise too: not a row of sums)
                 and all(r.arg.size == k.ranges[1].arg.size for r in k.reduce_ranges) and k.ranges[1].arg.size >= 2 * w
                 and k.ranges[0].arg.size % 2 == 0 and k.ranges[0].arg.size >= 4 * target.threads
                 and not (k.work and kernel_flops(k) >= HEAVY_ELEMENT * k.work)):

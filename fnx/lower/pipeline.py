@@ -18,7 +18,7 @@ from fnx.lower.complex import complex_buffers, split_complex
 from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
 from fnx.lower.memory import MemoryPlan, plan_memory
-from fnx.lower.optimize import optimize, overridden_opts, overriding
+from fnx.lower.optimize import merge_batch_loops, optimize, overridden_opts, overriding
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule, TransferStep, rangeify
 from fnx.lower.search import searched_opts
 from fnx.lower.symbolic import simplify_graph
@@ -31,6 +31,7 @@ STREAM_MIN_CACHES = 1  # a program output at least this many times the writing c
                        # caches (`streamed`): neutral while the L3 keeps it, W10 4.15 -> 3.54 ms when it does not
                        # (docs/LOWERING.md, Streaming stores)
 
+MERGE_BATCH_LOOPS = 1  # kernels' batch loops that every access walks as one are one loop (optimize.merge_batch_loops)
 STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
 
@@ -303,6 +304,11 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
             kernels.append((kernel, None))
             continue
         kernel.stream = streamed(kernel, schedule, target, uses)
+        if MERGE_BATCH_LOOPS and not target.grid:
+            merged = merge_batch_loops(kernel)
+            if merged is not kernel:  # (in place: the schedule holds this kernel; its cached facts are redone)
+                kernel.sink, kernel.ranges = merged.sink, merged.ranges
+                for fact in ("work", "thread_size"): kernel.__dict__.pop(fact, None)
         key = _kernel_key(kernel)
         if (seen := lowered.get(key)) is not None:
             kernel.sink = seen[0].sink  # (its graph after the transcendental rewrite)
