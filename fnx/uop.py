@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import struct
 import threading
 import weakref
 from functools import cached_property
@@ -220,10 +221,15 @@ def _fail(op: Ops, message: str, *srcs: UOp) -> ShapeError:
     return ShapeError(at_user_line(f"{op.name}: {message} (operands: {shapes})"))
 
 
+_float_bits = struct.Struct("<d").pack
+
+
 def _const_key(arg: ConstArg) -> tuple:
     # 0.0 == -0.0 and nan != nan in Python: key floats by their bits so hash-consing keeps them apart / together
+    # (all 64 of them: float.hex() writes every NaN as "nan", and a -nan constant alive elsewhere would stand in for
+    # a +nan one: its sign is what a bitcast reads, e.g. the sort's keys)
     value, shape = arg  # (unpacked, not read by field: a plain tuple gets as far as UOp.__new__'s TypeError)
-    return (value.hex() if isinstance(value, float) else (type(value), value), shape)
+    return (_float_bits(value) if isinstance(value, float) else (type(value), value), shape)
 
 
 class UOp:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import threading
 import zlib
 from dataclasses import fields
@@ -76,7 +77,8 @@ class _Nodes:
 
     def arg(self, a):
         if a is None or isinstance(a, (bool, int, str)): return a
-        if isinstance(a, float): return ["F", a.hex()]
+        if isinstance(a, float): return ["F", struct.unpack("<Q", struct.pack("<d", a))[0]]  # (every bit: hex()
+        # writes each NaN as "nan", dropping its sign and payload)
         if isinstance(a, UOp): return ["U", self.index[a]]
         if isinstance(a, Ops): return ["O", a.name]
         if isinstance(a, dtypes.DType): return ["D", a.name]
@@ -94,7 +96,7 @@ def callee_name_of(rule) -> str:
 def _decode_arg(a, nodes: list):
     if not isinstance(a, list): return a
     tag = a[0]
-    if tag == "F": return float.fromhex(a[1])
+    if tag == "F": return struct.unpack("<d", struct.pack("<Q", a[1]))[0]
     if tag == "U": return nodes[a[1]]
     if tag == "O": return Ops[a[1]]
     if tag == "D": return _DTYPES[a[1]]

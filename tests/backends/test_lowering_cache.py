@@ -4,6 +4,7 @@ The round trip through the encoding gives back the very same (hash-consed) kerne
 import glob
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from fnx.backends.lowering_cache import Uncacheable, decode, encode
+from fnx.backends.cpu_target import host_target
+from fnx.backends.lowering_cache import LoweringCache, Uncacheable, _decode_arg, _Nodes, decode, encode
 
 PROGRAM = """
 import json, sys
@@ -134,6 +136,22 @@ def test_the_round_trip_gives_back_the_same_kernels():
         assert [m.name for m in c2.members] == [m.name for m in c.members]
     assert back.as_text("rangeify") == lowering.as_text("rangeify")
     assert back.as_text("callify") == lowering.as_text("callify")
+
+
+def test_keys_and_entries_keep_every_bit_of_a_float_constant(tmp_path, monkeypatch):
+    # float.hex() writes each NaN as "nan": programs that differ in a NaN's sign shared a key, and a cached -nan
+    # constant came back as +nan (a bitcast of it, as a sort's keys, changes sign)
+    monkeypatch.setattr(fnx.config.config, "cache_dir", str(tmp_path))
+    x = jnp.asarray(np.array([1.0, np.nan, -0.0, 2.0], np.float32))
+    keys = set()
+    for nan in (np.nan, -np.nan):
+        for zero in (0.0, -0.0):
+            exe = _lowering(lambda v, nan=nan, zero=zero: jnp.where(jnp.isnan(v), nan, jnp.where(v == 1.0, zero, v)), x)
+            keys.add(LoweringCache(host_target(1), "test").key(exe.fn))
+    assert len(keys) == 4 and None not in keys
+    for value in (-np.nan, np.nan, -0.0, 0.0, 1e-310, float.fromhex("0x1.fffffffffffffp+1023")):
+        back = _decode_arg(_Nodes().arg(value), [])
+        assert struct.pack("<d", back) == struct.pack("<d", value)
 
 
 def test_a_warm_lowering_decodes_kernel_graphs_only_when_asked(tmp_path, monkeypatch):
