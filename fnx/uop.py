@@ -229,7 +229,9 @@ def _const_key(arg: ConstArg) -> tuple:
     # (all 64 of them: float.hex() writes every NaN as "nan", and a -nan constant alive elsewhere would stand in for
     # a +nan one: its sign is what a bitcast reads, e.g. the sort's keys)
     value, shape = arg  # (unpacked, not read by field: a plain tuple gets as far as UOp.__new__'s TypeError)
-    return (_float_bits(value) if isinstance(value, float) else (type(value), value), shape)
+    if isinstance(value, float): return (_float_bits(value), shape)
+    if isinstance(value, complex): return (_float_bits(value.real), _float_bits(value.imag), shape)
+    return ((type(value), value), shape)
 
 
 class UOp:

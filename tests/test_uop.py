@@ -3,6 +3,7 @@ bounds (checked against brute-force evaluation over every value of the RANGEs)."
 import itertools
 import math
 import pickle
+import struct
 import sys
 
 import numpy as np
@@ -63,6 +64,25 @@ def test_nan_consts_merge():
     a, b = UOp.const(F32, float("nan")), UOp.const(F32, float("nan"))
     assert a is b
     assert math.isnan(a.const_value)
+
+
+def test_nan_consts_of_opposite_signs_stay_apart():
+    # (a bitcast reads the sign: a sort's keys put -nan first; float.hex() once keyed both as "nan")
+    neg = UOp.const(F32, -math.nan)
+    pos = UOp.const(F32, math.nan)
+    assert pos is not neg and math.copysign(1.0, pos.const_value) == 1.0
+    assert math.copysign(1.0, neg.const_value) == -1.0 and UOp.const(F32, -math.nan) is neg
+
+
+def test_complex_consts_keep_signed_zero_and_nan_parts_apart():
+    c64 = dtypes.complex64
+    values = [complex(-1, 0.0), complex(-1, -0.0), complex(0.0, 1), complex(-0.0, 1), complex(math.nan, 0),
+              complex(-math.nan, 0)]
+    nodes = [UOp.const(c64, v) for v in values]
+    assert len({id(n) for n in nodes}) == len(values)
+    for n, v in zip(nodes, values):
+        assert struct.pack("<dd", n.const_value.real, n.const_value.imag) == struct.pack("<dd", v.real, v.imag)
+    assert UOp.const(c64, complex(math.nan, 0)) is nodes[4]  # (equal bits merge, as for floats)
 
 
 def test_consts_of_different_dtype_or_shape_are_distinct():
