@@ -98,15 +98,20 @@ class _Split:
 
 
 def _stack(re: UOp, im: UOp) -> UOp:
-    """Two float arrays of one shape as one with a trailing axis of 2 (re first)."""
+    """Two float arrays of one shape as one with a trailing axis of 2 (re first). The lanes are selected (PAD +
+    WHERE), not added: PAD fills with +0.0, and -0.0 + 0.0 is +0.0, so a sum lost every negative zero part (x + x
+    for x = 0-0j came out 0+0j; the sign picks sqrt's and log's branch)."""
     shape, n = re.shape, len(re.shape)
-    parts = []
+    zero = UOp.const(re.dtype, 0.0, shape)  # (the padding itself: a +0.0 part needs no lane of its own)
+    padded = []
     for part, widths in ((re, (0, 1)), (im, (1, 0))):
-        if part.op is Ops.CONST and part.arg.value == 0: continue
         column = UOp(Ops.RESHAPE, part.dtype, (part,), shape + (1,))
-        parts.append(UOp(Ops.PAD, part.dtype, (column,), ((0, 0),) * n + (widths,)))
-    if not parts: return UOp.const(re.dtype, 0.0, shape + (2,))
-    return parts[0] if len(parts) == 1 else UOp(Ops.ADD, re.dtype, tuple(parts))
+        padded.append(None if part is zero else UOp(Ops.PAD, part.dtype, (column,), ((0, 0),) * n + (widths,)))
+    if padded[0] is None or padded[1] is None:
+        return padded[0] or padded[1] or UOp.const(re.dtype, 0.0, shape + (2,))
+    lane = UOp(Ops.RESHAPE, dtypes.bool_, (UOp.const(dtypes.bool_, True, shape),), shape + (1,))
+    is_im = UOp(Ops.PAD, dtypes.bool_, (lane,), ((0, 0),) * n + ((1, 0),))
+    return UOp(Ops.WHERE, re.dtype, (is_im, padded[1], padded[0]))
 
 
 def _movement_arg(op: Ops, arg, ndim: int):

@@ -32,7 +32,9 @@ def _reshape_merge(x: UOp, r: UOp) -> UOp | None:
 
 
 def _movement_of_const(m: UOp, c: UOp) -> UOp | None:
-    if m.op is Ops.PAD and c.arg.value != 0: return None
+    # PAD fills with +0: a constant of other bits (-0.0 too: it equals 0) is not the same everywhere once padded
+    # (hash-consing keys floats by their bits, so only +0 itself is that node)
+    if m.op is Ops.PAD and c is not UOp.const(c.dtype, 0, c.shape): return None
     return UOp.const(c.dtype, c.arg.value, m.shape)
 
 

@@ -441,3 +441,15 @@ def test_quotient_and_remainder_recombine(c, b, shift, extra):
     if b and c > 1: assert count(simple, {Ops.DIV, Ops.MOD}) == 0
     odd = x // c * (b * c + 1) + x % c * b
     assert_same_everywhere(odd, simplify_kernel(odd), [r, s])
+
+
+def test_padding_a_negative_zero_constant_is_not_folded_to_a_constant():
+    # PAD fills with +0.0: a PAD of a -0.0 constant (equal to 0 in Python) was folded into a -0.0 constant of the
+    # padded shape, so the padding came out -0.0
+    import fnx
+    import fnx.numpy as jnp
+    for dtype, value in ((np.float32, -0.0), (np.float32, 0.0), (np.float64, -0.0), (np.int32, 0)):
+        x = np.full(5, value, dtype)
+        want = x + np.pad(np.full(3, value, dtype), 1)
+        got = np.asarray(fnx.jit(lambda v: v + jnp.pad(jnp.full(3, value, dtype), 1))(x))
+        np.testing.assert_array_equal(got.view(np.uint8), want.astype(got.dtype).view(np.uint8))
