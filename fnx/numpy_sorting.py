@@ -230,7 +230,10 @@ def _quantile(a: Any, q: Any, axis: Any, method: str, keepdims: bool, ignore_nan
     elif method == "higher": out = hi
     elif method == "midpoint": out = (lo + hi) / 2
     elif method == "nearest": out = at(jnp.clip(jnp.round(position), 0, n - 1).astype(jnp.int32))
-    else: out = lo + (hi - lo) * (position - jnp.floor(position))
+    else:  # JAX's weighted sum (lo + (hi - lo) * t would give NaN between equal infinities: median([inf, inf])),
+        # but lo itself at a whole index, where JAX and numpy weight hi by 0 and give NaN for an infinite hi
+        high_weight = position - jnp.floor(position)
+        out = jnp.where(high_weight == 0, lo, lo * (1 - high_weight) + hi * high_weight)
     bad = (count == 0) if ignore_nan else jnp.any(nan, axis=-1)
     out = jnp.where(bad, jnp.nan, out)
     if keepdims:

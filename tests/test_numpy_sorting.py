@@ -29,6 +29,7 @@ def _same(ours, theirs):
     ours, theirs = np.asarray(ours), np.asarray(theirs)
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (ours.shape, theirs.shape, ours.dtype,
                                                                        theirs.dtype)
+    ours, theirs = ours.reshape(ours.shape or (1,)), theirs.reshape(theirs.shape or (1,))  # (0-d: no byte view)
     np.testing.assert_array_equal(ours.view(np.uint8) if ours.dtype.kind == "f" else ours,
                                   theirs.view(np.uint8) if theirs.dtype.kind == "f" else theirs)  # (bits: -0, NaN)
 
@@ -182,3 +183,23 @@ def test_a_negative_nan_constant_alive_elsewhere_keeps_nans_last():
         _same(ours.astype(np.float32), J.sort(SPECIAL))  # (float64 to float32 keeps each NaN's bits' sign)
         _same(order.astype(np.int32), J.argsort(SPECIAL))  # (int64 with x64 on, as in JAX)
         del held
+
+
+def test_quantiles_at_infinities_and_signed_zeros():
+    # lo + (hi - lo) * t gave NaN between two equal infinities (JAX: inf); at a whole index JAX and numpy weight the
+    # next value by 0 and give NaN when it is infinite: fnx gives the value at that index
+    cases = [([np.inf, np.inf], 0.5), ([-np.inf, np.nan, -np.inf], 0.5), ([-0.0, -0.0], 0.5), ([1.0, np.inf], 0.5),
+             ([-np.inf, -np.inf, 2.0, 5.0], 0.25)]
+    for values, q in cases:
+        a = np.array(values, np.float32)
+        for ours, theirs in ((jnp.nanquantile(a, q), J.nanquantile(a, q)), (jnp.nanmedian(a), J.nanmedian(a))):
+            _same(ours, theirs)
+        if not np.isnan(a).any():
+            _same(jnp.quantile(a, q), J.quantile(a, q))
+            _same(jnp.median(a), J.median(a))
+    for values, q, want in (([1.0, np.inf], 1.0, np.inf), ([np.inf], 0.5, np.inf), ([-np.inf, 1.0], 0.0, -np.inf),
+                            ([1.0, 2.0, np.inf], 1.0, np.inf), ([np.inf] * 3, 0.5, np.inf)):
+        for method in ("linear", "nearest", "higher", "lower"):
+            assert float(jnp.quantile(np.array(values, np.float32), q, method=method)) == want
+    jitted = fnx.jit(lambda a: jnp.median(a, axis=1))(np.array([[np.inf, np.inf], [1.0, 3.0]], np.float32))
+    np.testing.assert_array_equal(np.asarray(jitted), [np.inf, 2.0])
