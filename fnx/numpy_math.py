@@ -290,7 +290,9 @@ def _gcd(x1: Array, x2: Array) -> Array:
         safe = where(zero, _full(b, 1), b)
         return where(zero, a, b), where(zero, b, lax.rem(a, safe))
     a, b = lax.fori_loop(0, _euclid_steps(_dt(x1)), step, (_abs(x1), _abs(x2)))
-    return a
+    # |MIN| wraps to MIN, so a pair with one walks through negative remainders (gcd(-127, -128) ended at -1): the
+    # magnitude of the last one is the divisor; gcd(MIN, MIN or 0) stays MIN, as numpy's
+    return _abs(a)
 
 
 def _integer_ufunc(name: str, compute: Callable, doc: str) -> Callable:

@@ -183,6 +183,14 @@ def test_modf_gcd_lcm_bitwise():
         check(name, a.astype(np.int8), np.int8(6), exact=True, vmap=False)
         with pytest.raises(ValueError, match=name):
             getattr(fnp, name)(np.ones(2, np.float32), np.ones(2, np.float32))
+    for dt in (np.int8, np.int32, np.uint8):  # the type's extremes (numpy the oracle: JAX's gcd loops forever on
+        info = np.iinfo(dt)                   # MIN); |MIN| wraps to MIN, and gcd(-127, -128) came out -1
+        vals = np.array(sorted({info.min, info.min + 1, 0, 1, 6, info.max - 1, info.max} |
+                               ({-7, -6, -1} if info.min else set())), dt)
+        x1, x2 = (m.ravel() for m in np.meshgrid(vals, vals))
+        for name in ("gcd", "lcm"):
+            for f in (getattr(fnp, name), fnx.jit(getattr(fnp, name))):
+                np.testing.assert_array_equal(np.asarray(f(x1, x2)), getattr(np, name)(x1, x2))
     check("bitwise_count", np.array([-3, 7, 0, -128, 127], np.int8), exact=True)
     check("bitwise_count", np.array([2**31 - 1, -2**31, 5], np.int32), exact=True)
     check("bitwise_count", np.array([255, 0], np.uint8), exact=True)
