@@ -209,18 +209,10 @@ def householder(column: Array, j: Any, index: Array) -> Array:
     return jnp.where(reflect, v / jnp.where(reflect, size, 1), 0)
 
 
-def qr(a: Any, mode: str = "reduced") -> Any:
-    """Q R = a with orthonormal Q and upper-triangular R, by Householder reflections (R's diagonal has LAPACK's
-    signs: each reflection maps its column to -sign(a_jj) times its norm). `mode`: 'reduced' (Q (m, k), R (k, n),
-    k = min(m, n)), 'complete' (Q (m, m)), 'r' (R only)."""
-    if mode not in ("reduced", "complete", "r", "raw"):
-        raise ValueError(at_user_line(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
-    if mode == "raw": raise NotImplementedError("qr: mode='raw' (LAPACK's packed reflectors) is not implemented")
-    a = jnp.asarray(a)
-    if a.ndim < 2: raise ShapeError(at_user_line(f"qr: needs matrices in the last two axes, got shape {a.shape}"))
-    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
-    m, n = a.shape[-2:]
-    k = min(m, n)
+def _householder_qr(a: Array) -> tuple[Array, Array]:
+    """(Q, R) of (..., m, n) matrices by Householder reflections: Q (m, m) and R (m, n) upper triangular."""
+    m = a.shape[-2]
+    k = min(a.shape[-2:])
     index = jnp.arange(m, dtype=jnp.int32)
 
     def step(j, state):
@@ -231,10 +223,58 @@ def qr(a: Any, mode: str = "reduced") -> Any:
         return r, q
     eye = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), a.shape[:-2] + (m, m))
     r, q = fori_loop(0, k, step, (a, eye)) if k else (a, eye)
-    r = jnp.triu(r)
-    if mode == "r": return r[..., :k, :] if m > n else r
-    if mode == "complete": return QRResult(q, r)
-    return QRResult(q[..., :, :k], r[..., :k, :])
+    return q, jnp.triu(r)
+
+
+@custom_jvp
+def _tall_qr(a: Array) -> tuple[Array, Array]:
+    """The reduced QR of (..., m, n) matrices with m >= n: Q (m, n), R (n, n)."""
+    q, r = _householder_qr(a)
+    n = a.shape[-1]
+    return q[..., :, :n], r[..., :n, :]
+
+
+@_tall_qr.defjvp
+def _tall_qr_jvp(primals, tangents):
+    """The QR factors' derivative from the factorization itself, not from the reflections: where a column below the
+    diagonal is already zero the reflection is skipped, and differentiating that branch misses the rotation any
+    perturbation starts (the gradient of sum(R) at a diagonal matrix came out wrong). With B = dA R^-1 and
+    C = Q^T B: Q^T dQ = W is antisymmetric and dR R^-1 = C - W upper triangular, so W's strictly lower part is C's:
+    W = tril(C, -1) - tril(C, -1)^T, dR = (C - W) R, dQ = B + Q (W - C). (R singular: infinite, as in JAX.)"""
+    (a,), (da,) = primals, tangents
+    q, r = _tall_qr(a)
+    t = lambda x: jnp.swapaxes(x, -1, -2)  # noqa: E731
+    b = t(_triangular_solve(t(r), t(da), lower=True, unit_diagonal=False))  # B R = dA
+    c = jnp.matmul(t(q), b)
+    below = jnp.tril(c, -1)
+    w = below - t(below)
+    return (q, r), (b + jnp.matmul(q, w - c), jnp.matmul(c - w, r))
+
+
+def qr(a: Any, mode: str = "reduced") -> Any:
+    """Q R = a with orthonormal Q and upper-triangular R, by Householder reflections (R's diagonal has LAPACK's
+    signs: each reflection maps its column to -sign(a_jj) times its norm). `mode`: 'reduced' (Q (m, k), R (k, n),
+    k = min(m, n)), 'complete' (Q (m, m)), 'r' (R only). Differentiable as JAX: the factors' derivative comes from
+    the factorization (`_tall_qr_jvp`); a wide matrix (m < n) is Q [R1 R2] with Q R1 its first m columns and
+    R2 = Q^T times the rest. 'complete' with m > n (Q's extra columns are not unique; JAX refuses its derivative)
+    is differentiated through the reflections."""
+    if mode not in ("reduced", "complete", "r", "raw"):
+        raise ValueError(at_user_line(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
+    if mode == "raw": raise NotImplementedError("qr: mode='raw' (LAPACK's packed reflectors) is not implemented")
+    a = jnp.asarray(a)
+    if a.ndim < 2: raise ShapeError(at_user_line(f"qr: needs matrices in the last two axes, got shape {a.shape}"))
+    if not jnp.issubdtype(a.dtype, jnp.floating): a = a.astype(jnp.float32)
+    m, n = a.shape[-2:]
+    if mode == "complete" and m > n: return QRResult(*_householder_qr(a))
+    if m == 0 or n == 0:  # (nothing to factor: Q is the identity's first k columns)
+        q, r = _householder_qr(a)
+        k = min(m, n)
+        q, r = (q, r) if mode == "complete" else (q[..., :, :k], r[..., :k, :])
+    elif m >= n: q, r = _tall_qr(a)
+    else:
+        q, square = _tall_qr(a[..., :, :m])
+        r = jnp.concatenate([square, jnp.matmul(jnp.swapaxes(q, -1, -2), a[..., :, m:])], axis=-1)
+    return r if mode == "r" else QRResult(q, r)
 
 
 @eager_op

@@ -152,6 +152,40 @@ def test_grads_match_jax():
     for x, y in zip(ours, theirs): _close(x, y, 2e-3)
 
 
+def test_qr_grads_at_matrices_already_triangular_and_wide_match_jax():
+    # differentiating the Householder reflections missed, where a column was already zero below the diagonal (a
+    # diagonal or triangular matrix: the reflection is skipped), the rotation any perturbation starts: the gradient of
+    # sum(R) at diag(1, 2, 7) + outer(x, x) with x = (0, 0, 2) had 2 where JAX (and the derivative) has 16
+    weights = RNG.standard_normal((5, 5)).astype(np.float32)
+
+    def loss(np_, mode="reduced", rows=3, cols=3):
+        def f(x):
+            a = np_.diag(np_.arange(1.0, 6.0))[:rows, :cols] + np_.outer(x, x)[:rows, :cols]
+            q, r = np_.linalg.qr(a, mode=mode) if mode != "r" else (None, np_.linalg.qr(a, mode="r"))
+            out = (r * weights[:r.shape[0], :r.shape[1]]).sum()
+            return out if q is None else out + (q * weights[:q.shape[0], :q.shape[1]]).sum()
+        return f
+    points = [np.array([0.0, 0.0, 2.0, 0.0, 0.0], np.float32), np.zeros(5, np.float32),
+              np.array([0.0, 1.0, -1.0, 0.0, 0.5], np.float32), RNG.standard_normal(5).astype(np.float32)]
+    for x in points:
+        for mode, rows, cols in (("reduced", 3, 3), ("r", 3, 3), ("reduced", 5, 3), ("reduced", 3, 5), ("r", 2, 5),
+                                 ("complete", 3, 5)):
+            theirs = jax.grad(loss(J, mode, rows, cols))(x)
+            for g in (fnx.grad(loss(jnp, mode, rows, cols)), fnx.jit(fnx.grad(loss(jnp, mode, rows, cols)))):
+                _close(g(x), theirs, 2e-3)
+            if x is points[-1]:
+                _close(jnp.linalg.qr(np.diag(np.arange(1.0, 6.0))[:rows, :cols] + np.outer(x, x)[:rows, :cols],
+                                     mode=mode)[-1 if mode != "r" else slice(None)],
+                       J.linalg.qr(np.diag(np.arange(1.0, 6.0))[:rows, :cols] + np.outer(x, x)[:rows, :cols],
+                                   mode=mode)[-1 if mode != "r" else slice(None)], 1e-4)
+    # scipy's mode='r' of a tall matrix: the reduced R with zero rows, differentiated as the factorization
+    def scipy_r(lib, np_):
+        return lambda x: (lib.qr(np_.diag(np_.arange(1.0, 6.0))[:, :3] + np_.outer(x, x)[:, :3], mode="r")[0]
+                          * weights[:, :3]).sum()
+    for x in points[:2]:
+        _close(fnx.grad(scipy_r(sl, jnp))(x), jax.grad(scipy_r(JS, J))(x), 2e-3)
+
+
 def test_vmap_jit_and_errors():
     a, b = _matrix((3, 4, 4)), _matrix((3, 4))
     _close(fnx.vmap(jnp.linalg.solve)(a, b), jax.vmap(J.linalg.solve)(a, b), 1e-4)

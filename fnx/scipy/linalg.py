@@ -147,7 +147,12 @@ def qr(a: Any, overwrite_a: bool = False, lwork: Any = None, mode: str = "full",
     if pivoting: raise NotImplementedError(at_user_line("qr: pivoting=True is not supported"))
     if mode not in ("full", "economic", "r"):
         raise ValueError(at_user_line(f"qr: mode must be 'full', 'economic' or 'r', got {mode!r}"))
-    if mode == "r": return (numpy_linalg.qr(a, mode="complete")[1],)
+    if mode == "r":  # the reduced R padded with zero rows: differentiated as the factorization, not the reflections
+        r = numpy_linalg.qr(a, mode="r")
+        a = jnp.asarray(a)
+        extra = a.shape[-2] - r.shape[-2]
+        return (jnp.concatenate([r, jnp.zeros(r.shape[:-2] + (extra, r.shape[-1]), r.dtype)], axis=-2)
+                if extra > 0 else r,)
     return tuple(numpy_linalg.qr(a, mode="complete" if mode == "full" else "reduced"))
 
 

@@ -97,7 +97,12 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
                     for i, a in enumerate(args)]
         _, tangent_outs = rule.apply_jvp(list(operands), [Array(t) for t in tangents])
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
-        return [g if a.dtype.is_inexact else None for g, a in zip(grads, args)]
+        # the cotangents of a linear map do not depend on its inputs, but a rule may still read them (a loop's
+        # vjp replays the loop): a tangent PARAM left in would read the slot's argument of the enclosing function,
+        # of another shape (a crash, or a read past its end), so it is zero there
+        zeros = {t: UOp.const(t.dtype, 0, t.shape) for t in tangents}
+        return [Array(substitute(g.uop, zeros)) if g is not None and a.dtype.is_inexact else None
+                for g, a in zip(grads, args)]
     # checkpoint: recompute the body from its arguments, kept apart from the forward pass by CONTIGUOUS
     params = body_params(call)  # by slot; an argument the body never reads has none (and no cotangent)
     grads = dict(zip(params, backward(outs, cts, list(params.values()))))

@@ -56,6 +56,40 @@ def test_custom_jvp_value_is_the_function():
     np.testing.assert_allclose(np.asarray(fnx.jit(scaled)(X3)), 2 * X3)
 
 
+@pytest.mark.parametrize("outer", [(2,), (4,), (300,)])
+def test_a_transposed_jvp_rule_that_loops_over_its_tangent(outer):
+    # reverse mode transposes the rule over stand-in tangent PARAMs; a loop's vjp replays the loop, and the stand-in
+    # was left in the gradient's graph, where it read the enclosing function's first argument: of another shape
+    # (a crash; larger, a read past its end) or, of the same shape, numbers that only happened not to matter
+    @fnx.custom_jvp
+    def f(a):
+        return jnp.sin(a)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (a,), (da,) = primals, tangents
+
+        def row(i, out):  # out[i] = da[i] * cos(a[i]), a row at a time
+            return jnp.where((jnp.arange(3) == i)[:, None], (jnp.take(da, i, axis=0) * jnp.cos(a[i]))[None], out)
+        return f(a), lax.fori_loop(0, 3, row, jnp.zeros((3, 3), a.dtype))
+
+    x = np.linspace(0.2, 1.4, outer[0]).astype(np.float32)
+    w = np.arange(9, dtype=np.float32).reshape(3, 3)
+
+    def loss(x):
+        v = jnp.concatenate([x, x])[:3]
+        return (f(v[:, None] * v[None, :]) * w).sum()
+    for g in (fnx.grad(loss), fnx.jit(fnx.grad(loss))):
+        got = np.asarray(g(x))
+        eps = 1e-3
+        for i in range(min(outer[0], 4)):  # (float64 central differences of the float32 loss)
+            e = np.zeros_like(x)
+            e[i] = eps
+            fd = (float(loss(x + e)) - float(loss(x - e))) / (2 * eps)
+            np.testing.assert_allclose(got[i], fd, rtol=2e-2, atol=2e-2)
+        assert not got[4:].any()
+
+
 def test_custom_jvp_rule_is_used_in_forward_mode():
     out, tangent = fnx.jvp(scaled, (X3,), (np.ones(3),))
     np.testing.assert_allclose(np.asarray(out), 2 * X3)
