@@ -723,11 +723,29 @@ def _unkeep_cheap(fn: UOp, plan: _Plan, schedule: Schedule, built: dict) -> Sche
     return trial
 
 
+def _check_params(params: list[UOp]) -> None:
+    """Refuse a function whose PARAMs are not one trace's, one shape and dtype a slot: a PARAM of another trace
+    left in by a transform would read this function's argument of its slot, whatever its shape (a crash, or a read
+    past its end)."""
+    tags = [p.arg.tag for p in params]
+    own = tags[0] if tags and tags.count(tags[0]) == len(tags) else max(set(tags), key=tags.count, default=())
+    first: dict[int, UOp] = {}
+    for p in params:
+        other = first.setdefault(p.arg.slot, p)
+        other = other if (other.shape, other.dtype) != (p.shape, p.dtype) else None
+        if p.arg.tag != own or other is not None:
+            raise RuntimeError(f"fnx internal error: argument {p.arg.slot} is read as {p.dtype}{list(p.shape)} by a "
+                               f"PARAM of trace {p.arg.tag}" + (f" and as {other.dtype}{list(other.shape)}"
+                                                                  if other is not None else "")
+                               + f" (the function's PARAMs are trace {own}'s); please report it")
+
+
 def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
     """One kernel split of `fn`, realizing plan.keep besides what the split itself finds it must realize
     (`built`: kernels of earlier splits that may be reused, `_reused`)."""
     body = fn.src[0]
     params = sorted((u for u in body.graph if u.op is Ops.PARAM), key=lambda p: p.arg.slot)
+    _check_params(params)
     nparams = max(len(fn.src) - 1, max((p.arg.slot for p in params), default=-1) + 1)
     buffers = [BufferSpec(dtypes.bool_, 0, "input", i) for i in range(nparams)]
     schedule = Schedule([], buffers, [])

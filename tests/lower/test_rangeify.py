@@ -8,11 +8,11 @@ from hypothesis import given, strategies as st
 
 import fnx
 import fnx.numpy as jnp
-from fnx import lax
+from fnx import dtypes, lax
 from fnx.backends.cpu_target import host_target
 from fnx.lower.pipeline import callify, lower
 from fnx.lower.rangeify import FUSED_ROW_BYTES, rangeify
-from fnx.uop import Ops
+from fnx.uop import Ops, ParamArg, ReduceArg, UOp
 
 
 def kernels_of(f, *args) -> list:
@@ -628,3 +628,16 @@ def test_reshape_index_finds_the_element_numpy_does(new_shape, data):
         flat = int(np.ravel_multi_index(point, new_shape)) if new_shape else 0
         want = tuple(int(w) for w in np.unravel_index(flat, old_shape)) if old_shape else ()
         assert tuple(_evaluate(i, dict(zip(ranges, point))) for i in index) == want, (new_shape, old_shape, point)
+
+
+def test_a_param_of_another_trace_is_refused_not_read_from_the_argument_of_its_slot():
+    # a transform that left an inner trace's PARAM in a program (a transposed custom_jvp rule did) had it read this
+    # function's argument of the same slot, whatever its shape: a crash, or a read past its end
+    own = UOp(Ops.PARAM, dtypes.float32, (), ParamArg(0, (4,), None))
+    for stray in (UOp(Ops.PARAM, dtypes.float32, (), ParamArg(0, (300,), None, ("tangent", 1))),
+                  UOp(Ops.PARAM, dtypes.float32, (), ParamArg(0, (300,), None))):
+        total = UOp(Ops.ADD, dtypes.float32, (UOp(Ops.REDUCE, dtypes.float32, (own,), ReduceArg(Ops.ADD, (0,))),
+                                              UOp(Ops.REDUCE, dtypes.float32, (stray,), ReduceArg(Ops.ADD, (0,)))))
+        fn = UOp(Ops.FUNCTION, dtypes.bool_, (UOp(Ops.TUPLE, dtypes.bool_, (total,)), own))
+        with pytest.raises(RuntimeError, match=r"argument 0 is read as float32\[(4|300)\]"):
+            rangeify(fn)
