@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import ml_dtypes
 import numpy as np
 
-from fnx import dtypes, lax
+from fnx import dtypes, lax, tree_util
 from fnx.backends import dlpack
 from fnx import trace as _trace
 from fnx.dtypes import DType
@@ -33,11 +33,35 @@ from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_ar
                        normalize_axes, prepare, promote, real_part, shape_str, stack_arrays, state, with_weak)
 from fnx.transforms.custom import custom_jvp, pure
 
-# ---- dtype names and constants (numpy's scalar types, so `x.dtype == jnp.float32` holds) ----
+# ---- dtype names and constants ----
 
-bool_, int8, int16, int32, int64 = np.bool_, np.int8, np.int16, np.int32, np.int64
-uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
-float16, bfloat16, float32, float64 = np.float16, ml_dtypes.bfloat16, np.float32, np.float64
+class _ScalarType(type):
+    """The type of fnx.numpy's scalar types: an instance of numpy's type is an instance of fnx's."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls.numpy_type)
+
+
+def scalar_type(base: type) -> type:
+    """fnx.numpy's `base` (a numpy scalar type), as JAX's: a subclass, so that it is a dtype wherever numpy's is
+    (`x.dtype == jnp.float32`, `np.zeros(3, jnp.float32)`), and a conversion when called: `jnp.float32(x)` of an
+    array (fnx's, a traced value under jit included, or numpy's of rank >= 1) is `jnp.asarray(x, jnp.float32)`. Of
+    a scalar it is numpy's scalar (JAX gives a 0-d array there: a numpy scalar keeps host arithmetic on constants
+    cheap)."""
+    def __new__(cls, *value):
+        if value and builtins.any(isinstance(leaf, Array) or (isinstance(leaf, np.ndarray) and leaf.ndim)
+                                  for leaf in tree_util.tree_leaves(value[0])):
+            return asarray(value[0], dtype=base)
+        return base(*value)
+    return _ScalarType(base.__name__, (base,), {"__new__": __new__, "numpy_type": base, "__module__": __name__,
+                                                "__doc__": f"The {np.dtype(base).name} scalar type; called on an "
+                                                           f"fnx array, a conversion to {np.dtype(base).name}."})
+
+
+bool_, int8, int16, int32, int64 = (scalar_type(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64))
+uint8, uint16, uint32, uint64 = (scalar_type(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+float16, bfloat16, float32, float64 = (scalar_type(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32,
+                                                                   np.float64))
 dtype = np.dtype
 ndarray = Array
 finfo, iinfo = dtypes.finfo, dtypes.iinfo

@@ -1140,7 +1140,8 @@ def put_along_axis(arr: Any, indices: Any, values: Any, axis: int | None, inplac
 generic, number, inexact, floating = np.generic, np.number, np.inexact, np.floating
 integer, signedinteger, unsignedinteger = np.integer, np.signedinteger, np.unsignedinteger
 complexfloating, character, flexible, object_ = np.complexfloating, np.character, np.flexible, np.object_
-int_, uint, float_, double, single = np.int64, np.uint64, np.float64, np.float64, np.float32
+from fnx.numpy import float32 as single, float64 as double, int64 as int_, uint64 as uint  # noqa: E402
+float_ = double
 
 _ML_FLOATS = frozenset(np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2))
 

@@ -27,8 +27,8 @@ from fnx import numpy as jnp
 __all__ = ["real", "imag", "conj", "conjugate", "angle", "iscomplex", "isreal", "iscomplexobj", "isrealobj",
            "complex64", "complex128", "complex_", "csingle", "cdouble", "complexfloating", "sort_complex"]
 
-complex64, complex128, complex_ = np.complex64, np.complex128, np.complex128
-csingle, cdouble, complexfloating = np.complex64, np.complex128, np.complexfloating
+complex64, complex128 = jnp.scalar_type(np.complex64), jnp.scalar_type(np.complex128)
+complex_, csingle, cdouble, complexfloating = complex128, complex64, complex128, np.complexfloating
 
 
 def _parts(z: Array) -> tuple[Array, Array]:

@@ -4,6 +4,7 @@ import pytest
 
 import fnx
 import fnx.dtypes as fd
+import fnx.numpy as fnp
 from fnx.dtypes import (DTYPES, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8,
                         uint16, uint32, uint64)
 
@@ -206,3 +207,30 @@ def test_promote_fast_path_agrees_with_the_lattice(x64):
                     got = promote(arrays)
                     want = fd.result_type(*[(d, w) for w in weaks])
                     assert ([a.uop.dtype for a in got[0]], got[1]) == ([want[0]] * n, want[1]), (d, weaks)
+
+
+def test_scalar_types_convert_arrays_as_jax_under_every_transform():
+    # jnp.int32(x) of a traced value was numpy's int32(x): a TracerArrayConversionError under jit, vmap and grad
+    import jax
+    import jax.numpy as J
+    x = np.array([1.5, -2.7, 3.2], np.float32)
+
+    def f(m):
+        return lambda v: m.float32(m.int32(v * 2)) * v + m.float16(v).astype(m.float32) + m.bool_(v > 0)
+    want = np.asarray(f(J)(x))
+    for g in (f(fnp), fnx.jit(f(fnp))):
+        got = g(x)
+        assert isinstance(got, fnx.Array)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(fnx.vmap(f(fnp))(np.stack([x, -x]))), np.asarray(jax.vmap(f(J))(
+        np.stack([x, -x]))))
+    np.testing.assert_allclose(np.asarray(fnx.grad(lambda v: f(fnp)(v).sum())(x)),
+                               np.asarray(jax.grad(lambda v: f(J)(v).sum())(x)))
+    looped = fnx.jit(lambda v: fnx.lax.fori_loop(0, fnp.int32(v[0] * 2), lambda i, c: c + 1.0, v))(x)
+    np.testing.assert_array_equal(np.asarray(looped), x + 3)
+    # still numpy's types where a dtype is meant, and numpy's scalars of Python values
+    for name in ("bool_", "int8", "uint32", "int64", "float16", "bfloat16", "float32", "float64", "complex64"):
+        t = getattr(fnp, name)
+        assert np.dtype(t) == np.dtype(getattr(J, name)) and fnp.zeros(2, t).dtype == J.zeros(2, getattr(J, name)).dtype
+        assert isinstance(np.dtype(t).type(1), t) and type(t(1)) is np.dtype(t).type
+    assert fnp.asarray([1, 2]).dtype == fnp.int32 and fnp.float32(2.5) * 2 == 5.0
