@@ -97,7 +97,9 @@ def lu_factor(a: Any) -> LUFactors:
         pivots = jnp.where(index == j, p[..., None], pivots)
         column = _column(work, j)
         pivot = jnp.take(column, j, axis=-1)[..., None]
-        multipliers = jnp.where(index > j, column / pivot, 0)
+        # (a zero pivot: the column is zero from j down, and nothing is eliminated, as LAPACK's dgetrf; dividing by
+        # it made NaNs that reached every later pivot: det of a matrix with a zero column was NaN, not 0)
+        multipliers = jnp.where((index > j) & (pivot != 0), column / jnp.where(pivot != 0, pivot, 1), 0)
         trailing = (rows > j) & (cols > j)
         work = jnp.where(trailing, work - multipliers[..., :, None] * _row(work, j)[..., None, :], work)
         work = jnp.where((cols == j) & (rows > j), multipliers[..., :, None], work)
@@ -178,14 +180,46 @@ def slogdet(a: Any, *, method: str | None = None) -> SlogdetResult:
     return SlogdetResult(sign, jnp.sum(jnp.log(jnp.abs(diagonal)), axis=-1))
 
 
-@eager_op
-def det(a: Any) -> Array:
-    """The determinant of square matrices (the product of U's diagonal, signed by the row swaps)."""
-    a = _square(a, "det")
+def _lu_det(a: Array) -> Array:
+    """The product of U's diagonal, signed by the row swaps."""
     factors = lu_factor(a)
     swaps = jnp.sum(factors.pivots != jnp.arange(a.shape[-1]), axis=-1)
     product = jnp.prod(jnp.diagonal(factors.lu, axis1=-2, axis2=-1), axis=-1)
     return jnp.where(swaps % 2 == 1, -product, product)
+
+
+def _adjugate(a: Array) -> Array:
+    """adj(a), with adj(a) a = det(a) I, also for singular a: from a = U S V^T, adj(a) = det(U) det(V) V adj(S) U^T
+    where adj(S) holds each singular value's product with all the others but itself (no division: zero for a rank
+    below n - 1, rank one for n - 1)."""
+    u, s, vt = svd(a)
+    ones = jnp.ones(s.shape[:-1] + (1,), s.dtype)
+    before = jnp.cumprod(jnp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)           # s_0 ... s_{i-1}
+    after = jnp.flip(jnp.cumprod(jnp.concatenate([ones, jnp.flip(s, -1)[..., :-1]], axis=-1), axis=-1), -1)
+    sign = _lu_det(u) * _lu_det(vt)  # (+-1: orthogonal factors)
+    v = jnp.swapaxes(vt, -1, -2)
+    return sign[..., None, None] * jnp.matmul(v * (before * after)[..., None, :], jnp.swapaxes(u, -1, -2))
+
+
+@custom_jvp
+def _det(a: Array) -> Array:
+    return _lu_det(a)
+
+
+@_det.defjvp
+def _det_jvp(primals, tangents):
+    """d det(a) = tr(adj(a) da): differentiating the LU's divisions by its pivots gave NaN at a singular matrix,
+    where the derivative is as finite as anywhere (JAX's too)."""
+    (a,), (da,) = primals, tangents
+    return _det(a), jnp.sum(jnp.swapaxes(_adjugate(a), -1, -2) * da, axis=(-2, -1))
+
+
+@eager_op
+def det(a: Any) -> Array:
+    """The determinant of square matrices (the product of U's diagonal, signed by the row swaps). Its derivative is
+    tr(adj(a) da), with the adjugate from the SVD: finite at singular matrices, as JAX's."""
+    a = _square(a, "det")
+    return _det(a) if a.shape[-1] else _lu_det(a)
 
 
 class QRResult(NamedTuple):
@@ -445,6 +479,9 @@ def _jacobi_svd(a: Array) -> tuple[Array, Array, Array]:
     work = jnp.take_along_axis(work, order[..., None, :], axis=-1)
     vectors = jnp.take_along_axis(vectors, order[..., None, :], axis=-1)
     u = work / jnp.where(values > 0, values, 1)[..., None, :]
+    if m and n:  # a zero singular value's column of work is zero: U's column there completes an orthonormal basis
+        # (Q of U's QR: its first columns are U's own, up to sign, as the nonzero ones come first and are orthonormal)
+        u = jnp.where(values[..., None, :] > 0, u, _householder_qr(u)[0][..., :, :n])
     return u, values, vectors
 
 

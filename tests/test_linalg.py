@@ -186,6 +186,25 @@ def test_qr_grads_at_matrices_already_triangular_and_wide_match_jax():
         _close(fnx.grad(scipy_r(sl, jnp))(x), jax.grad(scipy_r(JS, J))(x), 2e-3)
 
 
+def test_det_grads_at_singular_matrices_and_svd_of_rank_deficient_ones():
+    # det's derivative is the adjugate, finite at a singular matrix: differentiating the LU's divisions by a zero
+    # pivot gave NaN; and the SVD's U had zero columns for zero singular values (not orthonormal)
+    singular = [np.array([[1.0, 2.0], [2.0, 4.0]]), np.array([[0.0, 1.0], [0.0, 0.0]]), np.zeros((3, 3)),
+                np.diag([1.0, 0.0, 3.0]), np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])]
+    for a in [m.astype(np.float32) for m in singular] + [_matrix((2, 3, 3))]:
+        for g in (fnx.grad(lambda m: jnp.linalg.det(m).sum()), fnx.jit(fnx.grad(lambda m: jnp.linalg.det(m).sum()))):
+            _close(g(a), jax.grad(lambda m: J.linalg.det(m).sum())(a), 2e-4)
+        _close(jnp.linalg.det(a), J.linalg.det(a), 2e-4)
+    for a in singular + [np.ones((4, 3)), np.ones((3, 4)), np.outer(np.arange(5.0), np.arange(1.0, 4.0))]:
+        a = a.astype(np.float32)
+        u, s, vt = (np.asarray(t) for t in jnp.linalg.svd(a))
+        np.testing.assert_allclose(u.T @ u, np.eye(u.shape[1]), atol=1e-6)
+        np.testing.assert_allclose(vt @ vt.T, np.eye(vt.shape[0]), atol=1e-6)
+        k = min(a.shape)
+        np.testing.assert_allclose((u[:, :k] * s) @ vt[:k], a, atol=1e-5)
+        np.testing.assert_allclose(s, np.linalg.svd(a.astype(np.float64), compute_uv=False), atol=1e-5)
+
+
 def test_vmap_jit_and_errors():
     a, b = _matrix((3, 4, 4)), _matrix((3, 4))
     _close(fnx.vmap(jnp.linalg.solve)(a, b), jax.vmap(J.linalg.solve)(a, b), 1e-4)
