@@ -36,10 +36,20 @@ from fnx.transforms.custom import custom_jvp, pure
 # ---- dtype names and constants ----
 
 class _ScalarType(type):
-    """The type of fnx.numpy's scalar types: an instance of numpy's type is an instance of fnx's."""
+    """The type of fnx.numpy's scalar types: an instance of numpy's type is an instance of fnx's, and the two types
+    are equal (`jnp.float32 == np.float32`, one dictionary key)."""
 
     def __instancecheck__(cls, obj) -> bool:
         return isinstance(obj, cls.numpy_type)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, cls.numpy_type)
+
+    def __eq__(cls, other) -> bool:
+        return other is cls or other is cls.numpy_type
+
+    def __hash__(cls) -> int:
+        return hash(cls.numpy_type)
 
 
 def scalar_type(base: type) -> type:
@@ -60,8 +70,9 @@ def scalar_type(base: type) -> type:
 
 bool_, int8, int16, int32, int64 = (scalar_type(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64))
 uint8, uint16, uint32, uint64 = (scalar_type(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
-float16, bfloat16, float32, float64 = (scalar_type(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32,
-                                                                   np.float64))
+float16, float32, float64 = (scalar_type(t) for t in (np.float16, np.float32, np.float64))
+bfloat16 = ml_dtypes.bfloat16  # (ml_dtypes' own: JAX and ml_dtypes recognize it by identity, so a subclass is no
+                               # bfloat16 to them; jnp.bfloat16(x) is ml_dtypes' conversion, of scalars)
 dtype = np.dtype
 ndarray = Array
 finfo, iinfo = dtypes.finfo, dtypes.iinfo
