@@ -728,7 +728,7 @@ def _check_params(params: list[UOp]) -> None:
     left in by a transform would read this function's argument of its slot, whatever its shape (a crash, or a read
     past its end)."""
     tags = [p.arg.tag for p in params]
-    own = tags[0] if tags and tags.count(tags[0]) == len(tags) else max(set(tags), key=tags.count, default=())
+    own = max(set(tags), key=tags.count, default=())
     first: dict[int, UOp] = {}
     for p in params:
         other = first.setdefault(p.arg.slot, p)
