@@ -37,6 +37,7 @@ CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, 
 CHAIN_L1_PERCENT = 67  # of L1 a member's rows of a block (what it reads and writes) may fill: all of it left no room
                        # for the rest a kernel touches, and part of each block came back from L2 (W10, interleaved:
                        # 2 row pairs a block against 3, 0.94x the time in two runs; 1 pair 0.97x)
+CHAIN_REUSE = 1  # scratch buffers whose rows no later member reads give their place to the next (`_regions`)
 CHAIN_MIN_BYTES = 1 << 20  # the chain's scratch buffers together at least this big: smaller ones stay in cache anyway
 
 
@@ -164,11 +165,13 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
     block = max(1, min(rows, target.l2_bytes // 2 // max(touched, 1)))
     per_member = max(sum({b: s * schedule.buffers[b].dtype.itemsize for b, _, s in acc if s is not None}.values())
                      for acc in run_acc)  # bytes of a row of the buffers one member walks row by row
-    if per_member <= target.l1_bytes: block = min(block, target.l1_bytes * CHAIN_L1_PERCENT // 100 // per_member)
-    scratch, offset = {}, 0
-    for b in scratch_ids:
-        scratch[b] = (offset, row_bytes[b])
-        offset += -(-block * row_bytes[b] // 64) * 64  # (each region starts on a cache line)
+    if per_member <= target.l1_bytes:  # (at least one row: a block of none would never end the driver's loop)
+        block = max(1, min(block, target.l1_bytes * CHAIN_L1_PERCENT // 100 // per_member))
+    scratch, offset = _regions(scratch_ids, run_acc, row_bytes, block) if CHAIN_REUSE else ({}, 0)
+    if not CHAIN_REUSE:
+        for b in scratch_ids:
+            scratch[b] = (offset, row_bytes[b])
+            offset += -(-block * row_bytes[b] // 64) * 64  # (each region starts on a cache line)
     # (every member is thread-split: so is the chain) in CHUNKS_PER_THREAD chunks a thread, each with a scratch
     # region of its own, as long as those take at most half of what the buffers would whole
     step = -(-rows // (target.threads * CHUNKS_PER_THREAD)) if target.threads > 1 else rows
@@ -177,6 +180,29 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
     args = list(dict.fromkeys(b for k in members for b in k.args if b not in scratch))
     return RowChain(f"chain_{members[0].name}_{len(members)}", run[0], members, rows, block, step,
                     args + [len(schedule.buffers) - 1], scratch, offset, len(schedule.buffers) - 1)
+
+
+def _regions(ids: list[int], run_acc: list[list], row_bytes: dict[int, int], block: int
+             ) -> tuple[dict[int, tuple[int, int]], int]:
+    """Each scratch buffer's place in a chunk's region ({buffer: (byte offset, bytes a row)}) and the region's
+    size: a buffer takes the place of one that no member reads after the member that first writes it (a member's
+    own buffers never share: its arguments are `noalias`), so a chain of steps that each read the step before
+    passes its rows through two places instead of one a step. W10's eight layernorms then touch 16 KB of scratch
+    a block instead of 56 KB, which with its input and output block no longer fits in L1."""
+    first = {b: min(j for j, acc in enumerate(run_acc) if any(x == b for x, _, _ in acc)) for b in ids}
+    last = {b: max(j for j, acc in enumerate(run_acc) if any(x == b for x, _, _ in acc)) for b in ids}
+    places: list[list[int]] = []  # [offset, bytes, the last member that uses what is there]
+    scratch, end = {}, 0
+    for b in sorted(ids, key=lambda b: first[b]):
+        size = -(-block * row_bytes[b] // 64) * 64  # (each place starts on a cache line)
+        place = next((p for p in places if p[1] >= size and p[2] < first[b]), None)
+        if place is None:
+            place = [end, size, -1]
+            places.append(place)
+            end += size
+        place[2] = last[b]
+        scratch[b] = (place[0], row_bytes[b])
+    return scratch, end
 
 
 def grouped_steps(steps: list, chains: list[RowChain]) -> list:

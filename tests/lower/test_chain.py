@@ -10,6 +10,7 @@ import fnx
 import fnx.numpy as jnp
 from assertions import assert_slots_never_overlap
 from fnx.backends import cpu_llvm
+from fnx.config import config
 from fnx.lower import chain as chain_module
 
 ROWS, COLS = 1037, 1024  # 1M elements a kernel (so each is thread-split); rows divisible by neither block nor threads
@@ -208,6 +209,43 @@ def test_layernorm_rows_two_at_a_time_in_the_chain():
     assert len(chains) == 1 and chains[0].rows == 518
     want = _layernorm_steps(np, x.astype(np.float64), 4)
     np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
+
+
+def test_rows_wider_than_the_l1_share_make_blocks_of_one_row(monkeypatch):
+    """A member's rows that fit L1 but not the share of it a block may fill (CHAIN_L1_PERCENT): a block of zero
+    rows never ended the driver's loop (four layernorms of (256, 2048) hung on a 32 KB L1). Here any row is wider
+    than 1% of L1, so the block must be one row, and the result right."""
+    monkeypatch.setattr(config, "cache_dir", None)  # (on-disk lowerings do not know the setting)
+    monkeypatch.setattr(chain_module, "CHAIN_L1_PERCENT", 1)
+    x = _data()
+    f = lambda x: _layernorm_steps(jnp, x, 4)  # noqa: E731
+    (c,) = _chains(f, jnp.asarray(x))
+    assert c.block == 1  # (checked before running: a block of 0 would hang)
+    want = _layernorm_steps(np, x.astype(np.float64), 4)
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
+
+
+def test_scratch_buffers_take_turns_in_two_places(monkeypatch):
+    """Each step reads only the step before: its scratch rows go where the rows of the step before that were
+    (chain._regions), so eight steps' seven buffers share two places, and no member reads and writes one place."""
+    x = _data(seed=3)
+    f = lambda x: _layernorm_steps(jnp, x, 8)  # noqa: E731
+    (c,) = _chains(f, jnp.asarray(x))
+    assert len(c.scratch) == 7 and len({offset for offset, _ in c.scratch.values()}) == 2
+    for k in c.members:
+        places = [c.scratch[b][0] for b in k.args if b in c.scratch]
+        assert len(places) == len(set(places))
+    want = _layernorm_steps(np, x.astype(np.float64), 8)
+    got = np.asarray(fnx.jit(f)(jnp.asarray(x)))
+    np.testing.assert_allclose(got, want, rtol=5e-5, atol=5e-5)
+    with monkeypatch.context() as m:  # every buffer in a place of its own: the same bits
+        m.setattr(config, "cache_dir", None)
+        m.setattr(chain_module, "CHAIN_REUSE", 0)
+        fnx.clear_caches()
+        cpu_llvm._lowerings.entries.clear()
+        (apart,) = _chains(f, jnp.asarray(x))
+        assert len({offset for offset, _ in apart.scratch.values()}) == 7
+        np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
 
 
 def test_a_kernel_whose_rows_run_inside_other_loops_joins_no_chain():
