@@ -701,6 +701,7 @@ def _tan(x: Array) -> Array:
     return where(_signbit(x), lax.neg(t), t)
 
 
+TANH_ONE_FORMULA = 1  # float32 tanh as one formula (_tanh)
 _TANH_F32 = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)  # Cephes
 _TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)  # Cephes tanh
 _TANH_Q = (1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)     # leading 1 omitted
@@ -715,12 +716,34 @@ def _with_sign_of(magnitude: Array, x: Array) -> Array:
     return lax.bitcast_convert_type(out, _dt(x))
 
 
+def _expm1_normal(y: Array) -> Array:
+    """e^y - 1 for float32 0 <= y <= 20 (the caller clamps), without a branch: with y = n ln 2 + r as in
+    _exp_normal, e^y - 1 = 2^n (e^r - 1) + (2^n - 1), where e^r - 1 = r + r^2 P(r) has no cancellation and
+    2^n - 1 is exact; for n = 0 it is e^r - 1 itself."""
+    dt = _dt(y)
+    head, tail = _LN2_SPLIT[dt]
+    big = _ROUNDER[dt]
+    t = y * _LOG2E + big
+    n = t - big
+    r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
+    itype, mantissa, bias = _exponent_field(dt)
+    scale = lax.bitcast_convert_type(lax.add(lax.shift_left(lax.bitcast_convert_type(t, itype), mantissa),
+                                             bias << mantissa), dt)
+    return lax._fusable_add(scale * (r + r * r * _horner(r, _EXPM1_F32, fused=True)), scale - 1)
+
+
 def _tanh(x: Array) -> Array:
-    """tanh of a = |x| (a bit mask), then x's sign put back: an odd polynomial (float32) or rational (float64) for
-    a < 0.625, else 1 - 2 / (exp(2a) + 1) (exp overflowing to inf gives exactly 1). One exp and one division per
-    element; the sign of zero and of NaN is x's."""
+    """tanh of a = |x| (a bit mask), then x's sign put back; the sign of zero and of NaN is x's. float32: e / (e +
+    2) with e = e^(2a) - 1 from _expm1_normal, 2a clamped to 20 (tanh is 1 to the last bit from 9): one formula
+    over the whole range, within 2.5 ulp (at most 1.5 from a = 0.3 up), half the work of two branches and a
+    select (W1's gelu on the AVX2 EPYC: 7.6 -> 6.1 ms). float64: an odd rational for a < 0.625, else 1 - 2 / (exp(2a) +
+    1) (exp overflowing to inf gives exactly 1)."""
     bits, sign = _float_bits(x)
     a = lax.bitcast_convert_type(lax.bitwise_and(bits, ~sign), _dt(x))
+    if _dt(x) is dtypes.float32 and TANH_ONE_FORMULA:
+        two_a = 2 * a
+        e = _expm1_normal(where(two_a > 20.0, _full(x, 20.0), two_a))
+        return _with_sign_of(e / (e + 2), x)
     z = a * a
     small = a + a * z * (_horner(z, _TANH_F32, fused=True) if _dt(x) is dtypes.float32
                          else _horner(z, _TANH_P, fused=True) / _horner(z, _TANH_Q, leading_one=True, fused=True))

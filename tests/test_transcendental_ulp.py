@@ -196,6 +196,19 @@ def test_unary_16_bit_exhaustive(name, dtype):
     check(name, np.asarray(fn(jnp.asarray(x))), reference(ref, dtype, x), MAX_ULP[dtype], x)
 
 
+def test_float32_tanh_is_one_formula_within_three_ulp():
+    """float32 tanh is e / (e + 2) with e = expm1(2|x|) over the whole range (fnx/numpy.py `_tanh`): within 3
+    ulp of the rounded float64 result (2.33 from the exact one) on every 61st float32 bit pattern from 0 to 10,
+    both signs, eager and jitted alike; the sign of zeros and NaNs kept."""
+    pos = np.arange(0, np.array(10.0, F32).view(np.int32), 61, dtype=np.int32).view(F32)
+    x = np.concatenate([pos, -pos, specials(F32)])
+    want = reference(np.tanh, F32, x)
+    eager, jitted = np.asarray(jnp.tanh(jnp.asarray(x))), np.asarray(fnx.jit(jnp.tanh)(jnp.asarray(x)))
+    check("tanh", eager, want, 3, x)
+    np.testing.assert_array_equal(jitted, eager)
+    np.testing.assert_array_equal(np.signbit(eager[-5:]), np.signbit(x[-5:]))
+
+
 def test_known_large_arguments():
     """The issue's cases: float32 cos and tan far from zero."""
     x = np.array([42356.52, 1e30, -1e30, 3.4e38, 16367173 * 2.0 ** 72], F32)
