@@ -575,12 +575,12 @@ def _exp(x: Array, shift: int = 0) -> Array:
     return _exp_reduced(r) * _pow2(half, dt) * _pow2(n - half + shift if shift else n - half, dt)
 
 
-def _exp_normal(y: Array) -> Array:
-    """e^y for y whose result is a normal float (|y| below about 87 in float32, 708 in float64: the caller
-    clamps): one scaling by 2^n instead of the two that subnormal and overflowing results need. 2^n comes from
-    the rounding sum t = y log2(e) + 1.5 * 2^mantissa itself: t's bits are those of 1.5 * 2^mantissa plus n, and
-    shifted into the exponent field the constant's bits fall off the top, so 2^n = bits(t) << mantissa plus the
-    bias's (two integer ops instead of a conversion, an add and a shift)."""
+def _reduce_normal(y: Array) -> tuple[Array, Array]:
+    """(r, 2^n) with y = n ln 2 + r, |r| <= ln(2)/2, for y whose e^y is a normal float (|y| below about 87 in
+    float32, 708 in float64: the caller clamps). 2^n comes from the rounding sum t = y log2(e) + 1.5 * 2^mantissa
+    itself: t's bits are those of 1.5 * 2^mantissa plus n, and shifted into the exponent field the constant's bits
+    fall off the top, so 2^n = bits(t) << mantissa plus the bias's (two integer ops instead of a conversion, an add
+    and a shift)."""
     dt = _dt(y)
     head, tail = _LN2_SPLIT[dt]
     big = _ROUNDER[dt]
@@ -589,7 +589,14 @@ def _exp_normal(y: Array) -> Array:
     r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
     itype, mantissa, bias = _exponent_field(dt)
     bits = lax.add(lax.shift_left(lax.bitcast_convert_type(t, itype), mantissa), bias << mantissa)
-    return _exp_reduced(r) * lax.bitcast_convert_type(bits, dt)
+    return r, lax.bitcast_convert_type(bits, dt)
+
+
+def _exp_normal(y: Array) -> Array:
+    """e^y for y whose result is a normal float (the caller clamps): one scaling by 2^n instead of the two that
+    subnormal and overflowing results need."""
+    r, scale = _reduce_normal(y)
+    return _exp_reduced(r) * scale
 
 
 _EXPM1_F32 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
@@ -720,15 +727,7 @@ def _expm1_normal(y: Array) -> Array:
     """e^y - 1 for float32 0 <= y <= 20 (the caller clamps), without a branch: with y = n ln 2 + r as in
     _exp_normal, e^y - 1 = 2^n (e^r - 1) + (2^n - 1), where e^r - 1 = r + r^2 P(r) has no cancellation and
     2^n - 1 is exact; for n = 0 it is e^r - 1 itself."""
-    dt = _dt(y)
-    head, tail = _LN2_SPLIT[dt]
-    big = _ROUNDER[dt]
-    t = y * _LOG2E + big
-    n = t - big
-    r = lax._fusable_add(lax._fusable_add(y, n * -head), n * -tail)
-    itype, mantissa, bias = _exponent_field(dt)
-    scale = lax.bitcast_convert_type(lax.add(lax.shift_left(lax.bitcast_convert_type(t, itype), mantissa),
-                                             bias << mantissa), dt)
+    r, scale = _reduce_normal(y)
     return lax._fusable_add(scale * (r + r * r * _horner(r, _EXPM1_F32, fused=True)), scale - 1)
 
 
