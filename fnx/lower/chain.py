@@ -167,11 +167,7 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
                      for acc in run_acc)  # bytes of a row of the buffers one member walks row by row
     if per_member <= target.l1_bytes:  # (at least one row: a block of none would never end the driver's loop)
         block = max(1, min(block, target.l1_bytes * CHAIN_L1_PERCENT // 100 // per_member))
-    scratch, offset = _regions(scratch_ids, run_acc, row_bytes, block) if CHAIN_REUSE else ({}, 0)
-    if not CHAIN_REUSE:
-        for b in scratch_ids:
-            scratch[b] = (offset, row_bytes[b])
-            offset += -(-block * row_bytes[b] // 64) * 64  # (each region starts on a cache line)
+    scratch, offset = _regions(scratch_ids, run_acc, row_bytes, block)
     # (every member is thread-split: so is the chain) in CHUNKS_PER_THREAD chunks a thread, each with a scratch
     # region of its own, as long as those take at most half of what the buffers would whole
     step = -(-rows // (target.threads * CHUNKS_PER_THREAD)) if target.threads > 1 else rows
@@ -195,7 +191,7 @@ def _regions(ids: list[int], run_acc: list[list], row_bytes: dict[int, int], blo
     scratch, end = {}, 0
     for b in sorted(ids, key=lambda b: first[b]):
         size = -(-block * row_bytes[b] // 64) * 64  # (each place starts on a cache line)
-        place = next((p for p in places if p[1] >= size and p[2] < first[b]), None)
+        place = next((p for p in places if p[1] >= size and p[2] < first[b]), None) if CHAIN_REUSE else None
         if place is None:
             place = [end, size, -1]
             places.append(place)
