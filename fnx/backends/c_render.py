@@ -255,6 +255,10 @@ class KernelRenderer:
         for name in names:
             self.emit(f"{self.d.c_type(d)} {name} = {self.const(reduce_identity(red.arg.op, red.dtype), d)};")
 
+    def line_prefetch(self, u: UOp) -> None:
+        """Nothing: a prefetch before a reduce nest (linearize) is for CPU caches; a GPU hides a load's latency by
+        running other work items meanwhile."""
+
     def line_acc_update(self, red: UOp) -> None:
         d, accs = self.acc_dtype(red), self.acc[red]
         for lane in self.per_lane(red.src[0]):

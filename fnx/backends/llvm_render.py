@@ -72,6 +72,9 @@ def rounds(u: UOp) -> bool:
     return is_half(u.dtype) and u.op in _INEXACT and not (u.op is Ops.REDUCE and u.arg.op is Ops.MAX)
 
 
+CACHE_LINE = 64  # bytes a prefetch brings in (x86-64's and most ARM cores' line; a smaller one only prefetches less)
+
+
 class Renderer:
     """Turns one kernel's linear program into an LLVM function."""
 
@@ -317,6 +320,21 @@ class Renderer:
         else:
             raw = self.emit(f"load {mt}, ptr {ptr}, align {size}")
         return self.from_memory(raw, d)
+
+    def line_prefetch(self, u: UOp) -> None:
+        """llvm.prefetch of the cache lines load `u` reads (for writing too when the kernel stores to its buffer),
+        placed before a long reduce nest (linearize). A prefetch never faults: no gate, and no `inbounds` (a
+        clamped or gated-off address may lie outside the buffer). A gather's lanes are not prefetched."""
+        if self.vec.get(u) and u.arg is None: return
+        buf, size = u.src[0], u.src[0].dtype.itemsize
+        self.w = 0
+        index = self.value(u.src[1])
+        write = int(any(st.src and st.src[0] is buf for st in self.kernel.sink.src))
+        span = max(self.W, 1) * size if u.arg is not None else size
+        for offset in sorted({*range(0, span, CACHE_LINE), span - size}):
+            at = self.emit(f"add i64 {index}, {offset // size}") if offset else index
+            ptr = self.emit(f"getelementptr {mem_type(buf.dtype)}, ptr {self.names[buf]}, i64 {at}")
+            self.intrinsic_void("llvm.prefetch.p0", [ptr, str(write), "3", "1"], ["ptr", "i32", "i32", "i32"])
 
     def store(self, u: UOp) -> None:
         buf, index, val = u.src[0], u.src[1], u.src[2]

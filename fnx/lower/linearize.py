@@ -12,6 +12,7 @@ start; a REDUCE over one finishes with a combine across the group (the renderer'
 """
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING
 
 from fnx.uop import Ops, UOp
@@ -19,8 +20,10 @@ from fnx.uop import Ops, UOp
 if TYPE_CHECKING:  # (rangeify builds its cost model on range_deps below)
     from fnx.lower.rangeify import Kernel
 
-# a linear program is a list of (what, node): what in open/close/node/acc_init/acc_update
+# a linear program is a list of (what, node): what in open/close/node/acc_init/acc_update/prefetch
 Linear = list[tuple[str, UOp]]
+PREFETCH_MIN_TRIPS = 64  # iterations of a reduce nest from which the loads after it are prefetched before it: a
+                         # memory miss (~100 ns) is then a fraction of the nest's time, not more than all of it
 
 
 def range_deps(sink: UOp, pinned: frozenset = frozenset()) -> dict[UOp, frozenset]:
@@ -83,6 +86,7 @@ def linearize(kernel: Kernel) -> Linear:
             if u in before and u not in emitted:
                 lines.append(("node", u))
                 emitted.add(u)
+        if prod(r.arg.size for r in loops) >= PREFETCH_MIN_TRIPS: prefetch_after(group, at_this_level)
         for red in group: lines.append(("acc_init", red))
         for i, r in enumerate(loops):
             lines.append(("open", r))
@@ -92,6 +96,21 @@ def linearize(kernel: Kernel) -> Linear:
         for red in group:
             lines.append(("node", red))
             emitted.add(red)
+
+    def prefetch_after(group: list[UOp], at_this_level) -> None:
+        """("prefetch", load) lines for the loads this level reads once the nest of `group` closes (a matmul tile's
+        C rows, accumulated onto): their addresses are known before the nest opens, so the cache lines (and their
+        pages' translations) arrive while it runs instead of stalling the loads after it. The index arithmetic
+        moves before the nest."""
+        inside = set().union(*(red.toposort for red in group))
+        for u in order:
+            if u.op is not Ops.LOAD or u in inside or not at_this_level(u): continue
+            index = [a for a in u.src[1].toposort if a.op is not Ops.RANGE and at_this_level(a)]
+            if any(a.op in (Ops.REDUCE, Ops.LOAD) for a in index): continue
+            for a in index:
+                lines.append(("node", a))
+                emitted.add(a)
+            lines.append(("prefetch", u))
 
     emit_level([])
     for i, r in enumerate(kernel.ranges):
@@ -116,6 +135,9 @@ def format_linear(lines: Linear) -> str:
         if what == "open":
             out.append("  " * depth + f"for r{u.arg.number} in range({u.arg.size}):")
             depth += 1
+            continue
+        if what == "prefetch":
+            out.append("  " * depth + f"prefetch {names.get(u.src[0], '?')} {names.get(u.src[1], '?')}")
             continue
         if what in ("acc_init", "acc_update"):
             out.append("  " * depth + f"{what} {names[u]} {u.arg.op.name.lower()}" +

@@ -1,0 +1,86 @@
+"""Prefetches before a long reduce nest (fnx/lower/linearize.py, prefetch_after): the loads a tile's epilogue makes
+(a matmul's C rows, accumulated onto over k-slabs) are prefetched before its k loop opens. A prefetch changes no
+value: each result is checked against numpy in float64 and bit for bit against the same kernel without them, and
+each test checks that the prefetches it is about were (or were not) emitted, so none passes by never making one."""
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx.backends import cpu_llvm
+from fnx.config import config
+from fnx.lower import linearize as linearize_module
+
+
+@pytest.fixture(autouse=True)
+def fresh_lowerings(monkeypatch):
+    """Lowered afresh under the test's settings (on-disk lowerings do not know them)."""
+    monkeypatch.setattr(config, "cache_dir", None)
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+    yield
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+
+
+def _matmul(m, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+def _stages(a, b, stage):
+    return fnx.jit(lambda a, b: a @ b).lower(a, b).compile().as_text(stage)
+
+
+def test_accumulated_tiles_prefetch_their_rows_before_the_k_loop(monkeypatch):
+    """(203 x 1000) @ (1000 x 200): the product accumulates into C over k-slabs, so each register tile loads its C
+    rows after its k loop; they are prefetched (for writing) before it. 203 rows leave a last tile of clamped rows.
+    Same bits as without the prefetches, and numpy's float64 product within float32 rounding."""
+    a, b = _matmul(203, 1000, 200)
+    text = fnx.jit(lambda a, b: a @ b).lower(a, b).as_text("linearize")
+    kernels = [k for k in text.split("kernel ") if k.strip()]
+    accumulating = [k for k in kernels if "_acc" in k.splitlines()[0]]
+    assert accumulating and all("prefetch" in k for k in accumulating)
+    for k in accumulating:  # every prefetch comes before the k loop that the loads it serves follow
+        lines = [line.strip() for line in k.splitlines()]
+        first_prefetch = next(i for i, line in enumerate(lines) if line.startswith("prefetch"))
+        acc_init = next(i for i, line in enumerate(lines) if line.startswith("acc_init"))
+        assert first_prefetch < acc_init
+    llvm_ir = _stages(a, b, "llvm")
+    assert "call void @llvm.prefetch.p0(ptr" in llvm_ir and ", i32 1, i32 3, i32 1)" in llvm_ir
+    got = np.asarray(fnx.jit(lambda a, b: a @ b)(jnp.asarray(a), jnp.asarray(b)))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+    monkeypatch.setattr(linearize_module, "PREFETCH_MIN_TRIPS", 1 << 62)
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+    assert "llvm.prefetch" not in _stages(a, b, "llvm")
+    np.testing.assert_array_equal(np.asarray(fnx.jit(lambda a, b: a @ b)(jnp.asarray(a), jnp.asarray(b))), got)
+
+
+def test_short_reduce_nests_get_no_prefetch():
+    """A nest of fewer than PREFETCH_MIN_TRIPS iterations is over before a prefetch could help: none is made."""
+    x = np.random.default_rng(1).standard_normal((300, 40)).astype(np.float32)
+    y = np.random.default_rng(2).standard_normal((300, 1)).astype(np.float32)
+    f = lambda x, y: x.sum(-1, keepdims=True) + y  # noqa: E731  (a load of y after a 40-step sum)
+    assert 40 < linearize_module.PREFETCH_MIN_TRIPS
+    assert "prefetch" not in fnx.jit(f).lower(x, y).as_text("linearize")
+    got = np.asarray(fnx.jit(f)(jnp.asarray(x), jnp.asarray(y)))
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(-1, keepdims=True) + y, rtol=1e-5, atol=1e-5)
+
+
+def test_a_load_after_a_long_sum_is_prefetched_and_gradients_agree():
+    """Rows of 4096 summed, then each row's sum scaled by a value loaded after the sum: that load is prefetched
+    before the sum's loop. The result and the gradient (which reads the loaded value again) match float64."""
+    x = np.random.default_rng(3).standard_normal((37, 4096)).astype(np.float32)
+    y = np.random.default_rng(4).standard_normal(37).astype(np.float32)
+    f = lambda x, y: x.sum(-1) * y  # noqa: E731
+    assert "prefetch" in fnx.jit(f).lower(x, y).as_text("linearize")
+    got = np.asarray(fnx.jit(f)(jnp.asarray(x), jnp.asarray(y)))
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(-1) * y, rtol=1e-4, atol=1e-3)
+    loss = lambda x, y: (f(x, y) ** 2).sum()  # noqa: E731
+    gx, gy = fnx.jit(fnx.grad(loss, argnums=(0, 1)))(jnp.asarray(x), jnp.asarray(y))
+    s = x.astype(np.float64).sum(-1)
+    np.testing.assert_allclose(np.asarray(gx), np.broadcast_to((2 * s * y * y)[:, None], x.shape), rtol=1e-4,
+                               atol=1e-2)
+    np.testing.assert_allclose(np.asarray(gy), 2 * s * s * y, rtol=1e-4, atol=1e-1)
