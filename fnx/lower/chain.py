@@ -38,6 +38,8 @@ CHAIN_L1_PERCENT = 67  # of L1 a member's rows of a block (what it reads and wri
                        # for the rest a kernel touches, and part of each block came back from L2 (W10, interleaved:
                        # 2 row pairs a block against 3, 0.94x the time in two runs; 1 pair 0.97x)
 CHAIN_REUSE = 1  # scratch buffers whose rows no later member reads give their place to the next (`_regions`)
+CHAIN_ORDER = 1  # kernels that can continue a chain move up to where it ends (`chain_order`)
+CHAIN_LOOKAHEAD = 8  # steps `chain_order` looks past for one
 CHAIN_MIN_BYTES = 1 << 20  # the chain's scratch buffers together at least this big: smaller ones stay in cache anyway
 
 
@@ -106,6 +108,48 @@ def _consistent(accesses: list[list]) -> dict[int, int] | None:
             if b not in written: continue
             if s is None or strides.setdefault(b, s) != s: return None
     return strides
+
+
+def _buffers(kernel: Kernel) -> tuple[set[int], set[int]]:
+    """(the buffers `kernel` loads, the buffers it stores to)."""
+    reads, writes = set(), set()
+    for u in kernel.sink.toposort:
+        if u.op is Ops.LOAD: reads.add(kernel.args[u.src[0].arg.slot])
+        elif u.op is Ops.STORE: writes.add(kernel.args[u.src[0].arg.slot])
+    return reads, writes
+
+
+def chain_order(steps: list) -> list:
+    """`steps` with kernels that could continue a chain moved up to where it ends, past the kernels (at most
+    CHAIN_LOOKAHEAD) that end it, when those do not touch their buffers.
+
+    An attention block's gradient: the loss, a sum over everything (not row by row), came between the forward's
+    kernels and the backward's, which made two chains, and the probabilities and their gradient (16 MB each) went
+    through memory from one to the other. A kernel moves before another only when neither writes what the other
+    reads or writes; none moves past a host step; kernels that move keep their order."""
+    steps = list(steps)
+    rows = [None if lines is None or isinstance(k, HostStep) or (acc := _accesses(k)) is None
+            or _consistent([acc]) is None else k.ranges[k.thread_range].arg.size for k, lines in steps]
+    touched: dict[int, tuple[set[int], set[int]]] = {}
+
+    def buffers(i: int) -> tuple[set[int], set[int]]:
+        if (key := id(steps[i][0])) not in touched: touched[key] = _buffers(steps[i][0])
+        return touched[key]
+
+    def independent(i: int, j: int) -> bool:
+        (ri, wi), (rj, wj) = buffers(i), buffers(j)
+        return not (wi & (rj | wj) or ri & wj)
+
+    for i in range(1, len(steps)):
+        run = rows[i - 1]
+        if run is None or rows[i] == run: continue
+        for j in range(i + 1, min(len(steps), i + 1 + CHAIN_LOOKAHEAD)):
+            if steps[j - 1][1] is None or isinstance(steps[j - 1][0], HostStep): break
+            if rows[j] != run or not all(independent(m, j) for m in range(i, j)): continue
+            steps.insert(i, steps.pop(j))
+            rows.insert(i, rows.pop(j))
+            break
+    return steps
 
 
 def find_chains(schedule: Schedule, steps: list, target: Target) -> list[RowChain]:
@@ -216,4 +260,4 @@ def grouped_steps(steps: list, chains: list[RowChain]) -> list:
     return out
 
 
-__all__ = ["RowChain", "find_chains", "grouped_steps", "CHAIN_MIN_BYTES"]
+__all__ = ["RowChain", "chain_order", "find_chains", "grouped_steps", "CHAIN_MIN_BYTES"]

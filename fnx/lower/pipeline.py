@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from fnx import dtypes, events
 from fnx.debug.printing import format_function
-from fnx.lower.chain import RowChain, find_chains, grouped_steps
+from fnx.lower import chain as chain_module
+from fnx.lower.chain import RowChain, chain_order, find_chains, grouped_steps
 from fnx.lower.complex import complex_buffers, split_complex
 from fnx.lower.cost import describe, kernel_bytes, kernel_flops
 from fnx.lower.linearize import Linear, format_linear, linearize
@@ -322,6 +323,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
         kernels.extend(done)
         if emit is not None: emit(done)  # (the CPU renders here and hands modules to the LLVM thread)
     split["optimize_ms"] = round((time.perf_counter() - clock) * 1e3, 2)
+    if chains and chain_module.CHAIN_ORDER: kernels = chain_order(kernels)
     found = find_chains(schedule, kernels, target) if chains else []
     return Lowering(fn, schedule, kernels, plan_memory(schedule, grouped_steps([k for k, _ in kernels], found)), found)
 

@@ -12,6 +12,7 @@ from assertions import assert_slots_never_overlap
 from fnx.backends import cpu_llvm
 from fnx.config import config
 from fnx.lower import chain as chain_module
+from fnx.uop import Ops
 
 ROWS, COLS = 1037, 1024  # 1M elements a kernel (so each is thread-split); rows divisible by neither block nor threads
 
@@ -302,3 +303,68 @@ def test_attention_kernels_chain_by_batch_and_head(b, h):
     got = fnx.jit(f)(*args)
     want = jax.jit(_attention_grads(jax.numpy, jax.nn, jax.grad, t))(q, k, v, g)
     for x, y in zip(got, want): np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
+
+
+def test_the_loss_between_forward_and_backward_no_longer_splits_the_chain(monkeypatch):
+    """value_and_grad of attention: the loss (a sum over everything, not row by row) is a kernel between the
+    forward's and the backward's. chain_order moves the backward's kernels (which do not read the loss) up to the
+    forward's, so one chain runs them all and the probabilities and their gradient stay in its scratch. Without
+    it: two chains. The value and the gradients match JAX's, and are bit-identical in both orders."""
+    jax = pytest.importorskip("jax")
+    b, h, t, d = 2, 8, 256, 32  # (every row kernel thread-split: a smaller row sum runs on one thread)
+    rng = np.random.default_rng(8)
+    q, k, v, g = (rng.standard_normal((b, h, t, d)).astype(np.float32) for _ in range(4))
+    args = [jnp.asarray(a) for a in (q, k, v, g)]
+
+    def step(lib, nn_lib, value_and_grad):
+        def block(q, k, v, g):
+            mask = lib.arange(t)[:, None] >= lib.arange(t)[None, :]
+            scores = lib.where(mask, q @ k.transpose(0, 1, 3, 2) / np.sqrt(d), -1e9)
+            return lib.sum((nn_lib.softmax(scores, axis=-1) @ v) * g)
+        return value_and_grad(block, argnums=(0, 1, 2))
+    f = step(jnp, fnx.nn, fnx.value_and_grad)
+    chains = _chains(f, *args)
+    assert len(chains) == 1, [(c.name, len(c.members)) for c in chains]
+    one = chains[0]
+    lowering = fnx.jit(f).lower(*args).executable.lowering
+    row_kernels = [k for k, lines in lowering.kernels if lines is not None and k.thread_range >= 0
+                   and k.ranges[k.thread_range].arg.size == b * h]
+    assert len(one.members) == len(row_kernels) >= 15
+    value, grads = fnx.jit(f)(*args)
+    want_value, want_grads = jax.jit(step(jax.numpy, jax.nn, jax.value_and_grad))(q, k, v, g)
+    assert float(value) == pytest.approx(float(want_value), rel=1e-4, abs=1e-3)
+    for x, y in zip(grads, want_grads): np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
+    with monkeypatch.context() as m:
+        m.setattr(config, "cache_dir", None)
+        m.setattr(chain_module, "CHAIN_ORDER", 0)
+        fnx.clear_caches()
+        cpu_llvm._lowerings.entries.clear()
+        assert len(_chains(f, *args)) == 2
+        value2, grads2 = fnx.jit(f)(*args)
+        assert float(value2) == float(value)
+        for x, y in zip(grads2, grads): np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_kernel_that_reads_the_sum_between_row_kernels_stays_after_it():
+    """Two layernorm steps, the sum of everything, a kernel that reads that sum, then two more steps that do not:
+    chain_order moves the two steps up before the sum (one chain of four instead of two and three), while the
+    kernel that reads the sum stays after it. The results match numpy in float64."""
+    x = _data(seed=5)
+
+    def f(lib, x):
+        a = _layernorm_steps(lib, x, 2)
+        total = a.sum()
+        return lib.exp(a * 1e-3) * (total * 1e-6), _layernorm_steps(lib, a, 2)
+
+    lowering = fnx.jit(lambda x: f(jnp, x)).lower(jnp.asarray(x)).executable.lowering
+    kernels = [k for k, _ in lowering.kernels]
+    loads = [{k.args[u.src[0].arg.slot] for u in k.sink.toposort if u.op is Ops.LOAD} for k in kernels]
+    stores = [{k.args[u.src[0].arg.slot] for u in k.sink.toposort if u.op is Ops.STORE} for k in kernels]
+    summing = next(i for i, k in enumerate(kernels) if k.thread_range < 0 or k.ranges[k.thread_range].arg.size != ROWS)
+    readers = [i for i, read in enumerate(loads) if read & stores[summing]]
+    assert readers and min(readers) > summing  # the kernel that reads the sum runs after it
+    assert [len(c.members) for c in lowering.chains] == [4] and lowering.chains[0].first == 0
+    got = [np.asarray(r) for r in fnx.jit(lambda x: f(jnp, x))(jnp.asarray(x))]
+    want = f(np, x.astype(np.float64))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=5e-5, atol=5e-5)
