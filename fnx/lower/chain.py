@@ -89,12 +89,14 @@ def _accesses(kernel: Kernel) -> list[tuple[int, bool, int | None]] | None:
     memory for every 16 rows; 4096² took 620 instead of 480-610 ms, its A packed block by block.)"""
     if kernel.thread_range < 0 or not kernel.parallel or kernel.locals: return None
     if any(r.arg.size > 1 for r in kernel.ranges[:kernel.thread_range]): return None
+    if (found := kernel.__dict__.get("_row_accesses")) is not None: return found  # (chain_order's, then find_chains')
     row = kernel.ranges[kernel.thread_range]
     out = []
     for u in kernel.sink.toposort:
         if u.op not in (Ops.LOAD, Ops.STORE): continue
         lanes = u.arg.arg.size if u.arg is not None else 1
         out.append((kernel.args[u.src[0].arg.slot], u.op is Ops.STORE, _row_stride(u.src[1], row, lanes)))
+    kernel.__dict__["_row_accesses"] = out
     return out
 
 
