@@ -259,6 +259,8 @@ class KernelRenderer:
         """Nothing: a prefetch before a reduce nest (linearize) is for CPU caches; a GPU hides a load's latency by
         running other work items meanwhile."""
 
+    line_prefetch_next = line_prefetch
+
     def line_acc_update(self, red: UOp) -> None:
         d, accs = self.acc_dtype(red), self.acc[red]
         for lane in self.per_lane(red.src[0]):

@@ -321,7 +321,7 @@ class Renderer:
             raw = self.emit(f"load {mt}, ptr {ptr}, align {size}")
         return self.from_memory(raw, d)
 
-    def line_prefetch(self, u: UOp) -> None:
+    def line_prefetch(self, u: UOp, locality: int = 3) -> None:
         """llvm.prefetch of the cache lines load `u` reads (for writing too when the kernel stores to its buffer),
         placed before a long reduce nest (linearize). A prefetch never faults: no gate, and no `inbounds` (a
         clamped or gated-off address may lie outside the buffer). A gather's lanes are not prefetched."""
@@ -331,10 +331,15 @@ class Renderer:
         index = self.value(u.src[1])
         write = int(any(st.src and st.src[0] is buf for st in self.kernel.sink.src))
         span = max(self.W, 1) * size if u.arg is not None else size
-        for offset in sorted({*range(0, span, CACHE_LINE), span - size}):
+        for offset in sorted({*range(0, span, CACHE_LINE), *((span - size,) if span % CACHE_LINE else ())}):
             at = self.emit(f"add i64 {index}, {offset // size}") if offset else index
             ptr = self.emit(f"getelementptr {mem_type(buf.dtype)}, ptr {self.names[buf]}, i64 {at}")
-            self.intrinsic_void("llvm.prefetch.p0", [ptr, str(write), "3", "1"], ["ptr", "i32", "i32", "i32"])
+            self.intrinsic_void("llvm.prefetch.p0", [ptr, str(write), str(locality), "1"],
+                                ["ptr", "i32", "i32", "i32"])
+
+    def line_prefetch_next(self, u: UOp) -> None:
+        """The next row's lines for load `u` (linearize), into L2 (locality 2): the current row fills L1."""
+        self.line_prefetch(u, 2)
 
     def store(self, u: UOp) -> None:
         buf, index, val = u.src[0], u.src[1], u.src[2]

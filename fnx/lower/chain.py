@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from fnx import dtypes
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
-from fnx.lower.symbolic import build, terms
+from fnx.lower.symbolic import row_stride
 from fnx.lower.target import Target
-from fnx.uop import Ops, UOp
+from fnx.uop import Ops
 
 CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, which the threads take from a queue
                        # as they finish (fnx/backends/native_pool.py): a core slowed by another tenant takes fewer
@@ -68,17 +68,6 @@ class RowChain:
         return -(-self.rows // self.step)
 
 
-def _row_stride(index: UOp, row: UOp, lanes: int) -> int | None:
-    """S when `index` (of a `lanes`-wide access) is `row * S + rest` with `0 <= rest` and `rest + lanes <= S`,
-    else None."""
-    parts, const = terms(index)
-    strides = [c for t, c in parts if t is row]
-    rest = [(t, c) for t, c in parts if t is not row]
-    if len(strides) != 1 or strides[0] <= 0 or any(row in t.toposort for t, _ in rest): return None
-    lo, hi = build(index.dtype, rest, const).bounds
-    return strides[0] if lo >= 0 and hi + lanes <= strides[0] else None
-
-
 def _accesses(kernel: Kernel) -> list[tuple[int, bool, int | None]] | None:
     """(buffer id, written?, row stride or None) of each LOAD and STORE of a kernel whose thread-split loop is its
     rows; None when the kernel cannot join a chain.
@@ -95,7 +84,7 @@ def _accesses(kernel: Kernel) -> list[tuple[int, bool, int | None]] | None:
     for u in kernel.sink.toposort:
         if u.op not in (Ops.LOAD, Ops.STORE): continue
         lanes = u.arg.arg.size if u.arg is not None else 1
-        out.append((kernel.args[u.src[0].arg.slot], u.op is Ops.STORE, _row_stride(u.src[1], row, lanes)))
+        out.append((kernel.args[u.src[0].arg.slot], u.op is Ops.STORE, row_stride(u.src[1], row, lanes)))
     kernel.__dict__["_row_accesses"] = out
     return out
 

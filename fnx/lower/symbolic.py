@@ -139,6 +139,17 @@ def build(dtype: dtypes.DType, parts: list[tuple[UOp, int]], constant: int) -> U
     return out if constant == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, constant)))
 
 
+def row_stride(index: UOp, row: UOp, lanes: int) -> int | None:
+    """S when `index` (of a `lanes`-wide access) is `row * S + rest` with `0 <= rest` and `rest + lanes <= S`,
+    else None."""
+    parts, const = terms(index)
+    strides = [c for t, c in parts if t is row]
+    rest = [(t, c) for t, c in parts if t is not row]
+    if len(strides) != 1 or strides[0] <= 0 or any(row in t.toposort for t, _ in rest): return None
+    lo, hi = build(index.dtype, rest, const).bounds
+    return strides[0] if lo >= 0 and hi + lanes <= strides[0] else None
+
+
 def _bounds_of(parts: list[tuple[UOp, int]], constant: int) -> tuple[int, int]:
     lo = hi = constant
     for t, coef in parts:

@@ -84,3 +84,48 @@ def test_a_load_after_a_long_sum_is_prefetched_and_gradients_agree():
     np.testing.assert_allclose(np.asarray(gx), np.broadcast_to((2 * s * y * y)[:, None], x.shape), rtol=1e-4,
                                atol=1e-2)
     np.testing.assert_allclose(np.asarray(gy), 2 * s * s * y, rtol=1e-4, atol=1e-1)
+
+
+def _kernels_with(text: str, what: str) -> list[str]:
+    return [k for k in text.split("kernel ") if k.strip() and what in k]
+
+
+def test_softmax_rows_prefetch_the_next_row_in_their_exp_pass(monkeypatch):
+    """Softmax over rows of 2048 floats (8 KB): the max pass reads a row from memory, the exp pass computes on it
+    in cache; the exp pass prefetches the same places of the next row (into L2), the max pass and the rescale
+    pass do not. The last row's prefetch points past the input's end, which a prefetch may do. Same bits as
+    without the prefetches, and numpy's float64 softmax within float32 rounding."""
+    x = (np.random.default_rng(5).standard_normal((333, 2048)) * 3).astype(np.float32)
+    f = lambda x: fnx.nn.softmax(x, axis=-1)  # noqa: E731
+    text = fnx.jit(f).lower(x).as_text("linearize")
+    (kernel,) = _kernels_with(text, "prefetch_next")
+    bodies = [loop.split("end ")[0] for loop in kernel.split("for ")[1:]]  # each loop up to its first inner end
+    prefetching = [body for body in bodies if "prefetch_next" in body]
+    assert len(bodies) >= 3 and len(prefetching) == 1
+    body = prefetching[0]
+    assert body.count(" mul ") + body.count(" add ") >= 8  # the exp pass, not the max pass
+    assert ", i32 0, i32 2, i32 1)" in fnx.jit(f).lower(x).compile().as_text("llvm")
+    got = np.asarray(fnx.jit(f)(jnp.asarray(x)))
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-9)
+
+    monkeypatch.setattr(linearize_module, "PREFETCH_ROW_BYTES", 0)
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()
+    assert "prefetch_next" not in fnx.jit(f).lower(x).as_text("linearize")
+    np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
+
+
+def test_light_passes_and_matmuls_prefetch_no_next_row():
+    """A layernorm's passes do a few operations a load (no time to hide the next row in), and a matmul's inner
+    loop also loads B (bound by those loads): neither prefetches the next row. Both still match numpy."""
+    x = np.random.default_rng(6).standard_normal((300, 2048)).astype(np.float32)
+    norm = lambda x: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)  # noqa: E731
+    a, b = _matmul(300, 2048, 64, seed=7)
+    for f, args in ((norm, (x,)), (lambda a, b: a @ b, (a, b))):
+        assert "prefetch_next" not in fnx.jit(f).lower(*args).as_text("linearize")
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(fnx.jit(norm)(jnp.asarray(x))), want, rtol=1e-4, atol=1e-4)
+    got = np.asarray(fnx.jit(lambda a, b: a @ b)(jnp.asarray(a), jnp.asarray(b)))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-3)
