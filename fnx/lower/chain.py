@@ -101,15 +101,6 @@ def _consistent(accesses: list[list]) -> dict[int, int] | None:
     return strides
 
 
-def _buffers(kernel: Kernel) -> tuple[set[int], set[int]]:
-    """(the buffers `kernel` loads, the buffers it stores to)."""
-    reads, writes = set(), set()
-    for u in kernel.sink.toposort:
-        if u.op is Ops.LOAD: reads.add(kernel.args[u.src[0].arg.slot])
-        elif u.op is Ops.STORE: writes.add(kernel.args[u.src[0].arg.slot])
-    return reads, writes
-
-
 def chain_order(steps: list) -> list:
     """`steps` with kernels that could continue a chain moved up to where it ends, past the kernels (at most
     CHAIN_LOOKAHEAD) that end it, when those do not touch their buffers.
@@ -118,13 +109,14 @@ def chain_order(steps: list) -> list:
     kernels and the backward's, which made two chains, and the probabilities and their gradient (16 MB each) went
     through memory from one to the other. A kernel moves before another only when neither writes what the other
     reads or writes; none moves past a host step; kernels that move keep their order."""
+    from fnx.lower.memory import kernel_reads, kernel_writes  # (memory planning imports this module)
     steps = list(steps)
     rows = [None if lines is None or isinstance(k, HostStep) or (acc := _accesses(k)) is None
             or _consistent([acc]) is None else k.ranges[k.thread_range].arg.size for k, lines in steps]
     touched: dict[int, tuple[set[int], set[int]]] = {}
 
     def buffers(i: int) -> tuple[set[int], set[int]]:
-        if (key := id(steps[i][0])) not in touched: touched[key] = _buffers(steps[i][0])
+        if (key := id(steps[i][0])) not in touched: touched[key] = kernel_reads(steps[i][0]), kernel_writes(steps[i][0])
         return touched[key]
 
     def independent(i: int, j: int) -> bool:

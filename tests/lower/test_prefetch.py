@@ -129,3 +129,24 @@ def test_light_passes_and_matmuls_prefetch_no_next_row():
     np.testing.assert_allclose(np.asarray(fnx.jit(norm)(jnp.asarray(x))), want, rtol=1e-4, atol=1e-4)
     got = np.asarray(fnx.jit(lambda a, b: a @ b)(jnp.asarray(a), jnp.asarray(b)))
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-3)
+
+
+def test_float16_softmax_prefetching_rows_matches_jax_twice_and_from_threads():
+    """float16 rows of 4096 (8 KB: the next row is prefetched): the same bits on a second call and from eight
+    threads at once, and JAX's float16 softmax within an ulp of float16 near 1."""
+    jax = pytest.importorskip("jax")
+    import threading
+    x = (np.random.default_rng(9).standard_normal((300, 4096)) * 3).astype(np.float16)
+    f = fnx.jit(lambda x: fnx.nn.softmax(x, axis=-1))
+    assert "prefetch_next" in f.lower(x).as_text("linearize")
+    first = np.asarray(f(jnp.asarray(x)))
+    np.testing.assert_array_equal(np.asarray(f(jnp.asarray(x))), first)
+    want = np.asarray(jax.jit(lambda x: jax.nn.softmax(x, axis=-1))(x))
+    np.testing.assert_allclose(first.astype(np.float64), want.astype(np.float64), rtol=1e-3, atol=1e-3)
+    outs = [None] * 8
+
+    def call(i): outs[i] = np.asarray(f(jnp.asarray(x)))
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    for out in outs: np.testing.assert_array_equal(out, first)
