@@ -109,14 +109,13 @@ def chain_order(steps: list) -> list:
     kernels and the backward's, which made two chains, and the probabilities and their gradient (16 MB each) went
     through memory from one to the other. A kernel moves before another only when neither writes what the other
     reads or writes; none moves past a host step; kernels that move keep their order."""
-    from fnx.lower.memory import kernel_reads, kernel_writes  # (memory planning imports this module)
     steps = list(steps)
     rows = [None if lines is None or isinstance(k, HostStep) or (acc := _accesses(k)) is None
             or _consistent([acc]) is None else k.ranges[k.thread_range].arg.size for k, lines in steps]
     touched: dict[int, tuple[set[int], set[int]]] = {}
 
     def buffers(i: int) -> tuple[set[int], set[int]]:
-        if (key := id(steps[i][0])) not in touched: touched[key] = kernel_reads(steps[i][0]), kernel_writes(steps[i][0])
+        if (key := id(k := steps[i][0])) not in touched: touched[key] = k.buffers(Ops.LOAD), k.buffers(Ops.STORE)
         return touched[key]
 
     def independent(i: int, j: int) -> bool:

@@ -86,12 +86,12 @@ def _accesses(kernel: Kernel, op: Ops) -> list:
 
 def kernel_reads(step) -> set[int]:
     if isinstance(step, RowChain): return set().union(*(kernel_reads(k) for k in step.members))
-    return set(step.inputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.LOAD)}
+    return set(step.inputs) if isinstance(step, HostStep) else step.buffers(Ops.LOAD)
 
 
 def kernel_writes(step) -> set[int]:
     if isinstance(step, RowChain): return set().union(*(kernel_writes(k) for k in step.members))
-    return set(step.outputs) if isinstance(step, HostStep) else {b for b, _ in _accesses(step, Ops.STORE)}
+    return set(step.outputs) if isinstance(step, HostStep) else step.buffers(Ops.STORE)
 
 
 def _in_place(step, donated: int, out: int) -> bool:

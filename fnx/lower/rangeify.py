@@ -95,6 +95,10 @@ class Kernel:
         inner = sum(math.prod(r.arg.size for r in rs) for rs in nests)
         return math.prod(r.arg.size for r in self.ranges) * max(inner, 1)
 
+    def buffers(self, op: Ops) -> set[int]:
+        """The schedule buffers its LOADs (`op` LOAD) or its STOREs (`op` STORE) name."""
+        return {self.args[u.src[0].arg.slot] for u in self.sink.toposort if u.op is op}
+
     @cached_property
     def thread_size(self) -> int:
         """Iterations of the loop split across threads (1 when none is)."""
