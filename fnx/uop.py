@@ -287,12 +287,12 @@ class UOp:
 
     @cached_property
     def device(self) -> str | None:
-        if self.op is Ops.PARAM: return self.arg.device
-        if self.op is Ops.BUFFER: return self.arg.buffer.device
-        if self.op is Ops.COPY: return self.arg
-        for s in self.src:
-            if s.op is not Ops.TUPLE and (d := s.device) is not None: return d
-        return None
+        """The device a PARAM, BUFFER or COPY names, else the first device found among the sources (TUPLEs
+        skipped), None if none; computed once a node, sources first without recursion (a jitted chain of 500 ops
+        before a jnp.exp overflowed Python's stack here)."""
+        for u in postorder(self, _device_children):
+            if u is not self: u.__dict__["device"] = _own_device(u)
+        return _own_device(self)
 
     @cached_property
     def toposort(self) -> list[UOp]:
@@ -356,6 +356,22 @@ class UOp:
     @property
     def const_value(self) -> Any:
         return self.arg.value if self.op is Ops.CONST else None
+
+
+def _device_children(u: UOp) -> tuple[UOp, ...]:
+    """The sources whose devices u's depends on and that have none computed yet."""
+    if u.op in (Ops.PARAM, Ops.BUFFER, Ops.COPY): return ()
+    return tuple(s for s in u.src if s.op is not Ops.TUPLE and "device" not in s.__dict__)
+
+
+def _own_device(u: UOp) -> str | None:
+    """u's device, its sources' computed already."""
+    if u.op is Ops.PARAM: return u.arg.device
+    if u.op is Ops.BUFFER: return u.arg.buffer.device
+    if u.op is Ops.COPY: return u.arg
+    for s in u.src:
+        if s.op is not Ops.TUPLE and (d := s.__dict__["device"]) is not None: return d
+    return None
 
 
 _interned_refs = UOp._interned.data  # key -> weak reference (see UOp.__new__)

@@ -451,3 +451,16 @@ def test_the_collector_is_paused_while_graphs_are_built_and_back_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_device_of_a_deep_chain_does_not_recurse():
+    """A node's device is found through its sources iteratively: a chain thousands of nodes deep (a jitted
+    unrolled loop) overflowed Python's stack when a custom rule asked its argument's device."""
+    base = UOp(Ops.PARAM, F32, (), ParamArg(0, (), "cpu:3"))
+    u = base
+    for _ in range(5000):
+        u = UOp(Ops.SIN, F32, (u,))
+    assert u.device == "cpu:3"
+    assert UOp(Ops.SIN, F32, (param((), slot=1),)).device is None  # no device named anywhere below
+    top = UOp(Ops.ADD, F32, (UOp(Ops.SIN, F32, (param((), slot=2),)), u))  # the first source with one decides
+    assert top.device == "cpu:3"

@@ -279,7 +279,9 @@ def lower(fn: UOp, target: Target, emit=None, measure=None, chains: bool = False
     are done (the CPU backend compiles them while the next ones are lowered). A kernel's actions are a test's
     schedule_override's, else BEAM's when FNX_BEAM is set and the backend gave a way to time kernels (`measure`,
     fnx/lower/search.py), else the hand heuristics'."""
-    with events.span("lower", events.current_name()) as found:
+    # every stage walks fused chains recursively somewhere (rangeify's kernel builder, optimize's index arithmetic
+    # on a kernel that flips an array 2000 times, linearize), and such chains can be long (sorting networks, scans)
+    with events.span("lower", events.current_name()) as found, _deep_recursion():
         lowering = _lower(fn, target, emit, measure, found, chains)
         found.update(kernels=sum(lines is not None for _, lines in lowering.kernels))
     return lowering
@@ -292,8 +294,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     fn = callify(fn, origins)
     fn, complex_inputs, complex_outputs = split_complex(fn)  # (the kernels compute on float pairs)
     split["callify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
-    with _deep_recursion():  # rangeify recurses along fused chains, which can be long (sorting networks, scans)
-        schedule = rangeify(fn, grid=target.grid)
+    schedule = rangeify(fn, grid=target.grid)
     complex_buffers(schedule, complex_inputs, complex_outputs)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
