@@ -290,6 +290,7 @@ class UOp:
         """The device a PARAM, BUFFER or COPY names, else the first device found among the sources (TUPLEs
         skipped), None if none; computed once a node, sources first without recursion (a jitted chain of 500 ops
         before a jnp.exp overflowed Python's stack here)."""
+        if (d := _own_device(self)) is not _UNKNOWN: return d  # (the common case: the sources' are known)
         for u in postorder(self, _device_children):
             if u is not self: u.__dict__["device"] = _own_device(u)
         return _own_device(self)
@@ -358,19 +359,30 @@ class UOp:
         return self.arg.value if self.op is Ops.CONST else None
 
 
-def _device_children(u: UOp) -> tuple[UOp, ...]:
-    """The sources whose devices u's depends on and that have none computed yet."""
-    if u.op in (Ops.PARAM, Ops.BUFFER, Ops.COPY): return ()
-    return tuple(s for s in u.src if s.op is not Ops.TUPLE and "device" not in s.__dict__)
+_UNKNOWN = object()
 
 
-def _own_device(u: UOp) -> str | None:
-    """u's device, its sources' computed already."""
+def _direct_device(u: UOp):
+    """u's device when it needs no walk (it names one, is a leaf, or has it computed already), else _UNKNOWN."""
     if u.op is Ops.PARAM: return u.arg.device
     if u.op is Ops.BUFFER: return u.arg.buffer.device
     if u.op is Ops.COPY: return u.arg
+    if not u.src: return None
+    return u.__dict__.get("device", _UNKNOWN)
+
+
+def _device_children(u: UOp) -> tuple[UOp, ...]:
+    """The sources whose devices u's depends on and that need a walk."""
+    if u.op in (Ops.PARAM, Ops.BUFFER, Ops.COPY): return ()
+    return tuple(s for s in u.src if s.op is not Ops.TUPLE and _direct_device(s) is _UNKNOWN)
+
+
+def _own_device(u: UOp):
+    """u's device from its sources' (the first one that has one), or _UNKNOWN when a source's needed is not known
+    yet."""
+    if u.op in (Ops.PARAM, Ops.BUFFER, Ops.COPY) or not u.src: return _direct_device(u)
     for s in u.src:
-        if s.op is not Ops.TUPLE and (d := s.__dict__["device"]) is not None: return d
+        if s.op is not Ops.TUPLE and (d := _direct_device(s)) is not None: return d
     return None
 
 
