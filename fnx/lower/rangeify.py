@@ -27,6 +27,7 @@ its own RANGEs, in REDUCE.src[1:]; linearize nests each at the output loops it d
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -196,8 +197,8 @@ class _Plan:
 class KernelBuilder:
     """Builds the scalar graph of one kernel: `value(node, idx, gate)` is node's element at index tuple idx."""
 
-    def __init__(self, schedule: Schedule, ranges: list[UOp], plan: _Plan):
-        self.schedule, self.plan = schedule, plan
+    def __init__(self, schedule: Schedule, ranges: list[UOp], plan: _Plan, speculative: bool = False):
+        self.schedule, self.plan, self.speculative = schedule, plan, speculative
         self.args: list[int] = []
         self.memo: dict[tuple, UOp] = {}
         self.nest = self.top = _Nest(list(ranges), self)
@@ -209,7 +210,79 @@ class KernelBuilder:
         self.reduce_ranges: list[UOp] = []
         self.seen_at: dict[tuple[_Nest, UOp], set] = {}     # the index tuples a node was computed at, per nest
         self.reduced_at: dict[UOp, set] = {}                # the index tuples a fused REDUCE was computed at
+        self.repeats_at: dict[tuple, int] = {}              # repeats(idx) per nest and index tuple (a nest's loops
+                                                            # never change; a chain of ops asks it at one idx)
         self.computed_in: dict[UOp, set[_Nest]] = {}        # handed to the plan once the kernel is complete
+        self.first_read: dict[UOp, int] = {}                # every node the walk asked the value of -> how many
+                                                            # needs it had found then (_Hint)
+        self.walks: list[tuple[int, set[UOp]]] = []         # the nodes each cost walk counted (_walk), likewise
+        # speculative builds (_Hint): the values found to need a buffer, each assumed to have one from then on
+        # (`assumed`: a placeholder buffer), and the journal of the walk's changes to its tables, to undo a need's
+        # half-built cone
+        self.needs: list[UOp] = []
+        self.assumed: list[UOp] = []
+        self.journal: list[tuple] = []
+        self.entered: dict[UOp, int] = {}                   # the journal's length when the walk first met a node
+        self.first_failed: _Failed | None = None            # the first need, as a plain build fails (_Failed)
+
+    def _walk(self) -> set[UOp]:
+        """A set for a cost walk over the graph to fill with the nodes it counted, kept: the walk read whether
+        those and their sources are realized (`_Failed`, `_Hint`)."""
+        if self.speculative: self.journal.append((self.walks, len(self.walks)))
+        self.walks.append((len(self.needs), walked := set()))
+        return walked
+
+    def _note(self, container: set | dict, item) -> None:
+        """`item` was just added to `container` (a new key of a dict): undone if a need is found beneath it."""
+        if self.speculative: self.journal.append((container, item))
+
+    def _add(self, container: set, item) -> None:
+        if item not in container:
+            container.add(item)
+            self._note(container, item)
+
+    def _undo(self, mark: int) -> None:
+        journal = self.journal
+        while len(journal) > mark:
+            container, item = journal.pop()
+            if container is None: self.next_range = item
+            elif type(container) is set: container.discard(item)
+            elif type(container) is list: del container[item:]
+            else: del container[item]
+
+    def _assume_realized(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        """Speculation (`_Hint`): u needs a buffer. Undo what the walk did beneath u (what it read there too: the
+        next build loads u and never goes there), note the need, and go on as that build would: loading u (from a
+        placeholder buffer, dropped afterwards)."""
+        if not self.needs: self.first_failed = _Failed.of(self, u)
+        self._undo(self.entered[u])
+        self.needs.append(u)
+        self.schedule.buffers.append(BufferSpec(u.dtype, u.size, "intermediate"))
+        self.schedule.realized[u] = len(self.schedule.buffers) - 1
+        self.assumed.append(u)
+        return self.load(self.schedule.realized[u], linear_index(idx, u.shape), gate)
+
+    def unassume(self) -> None:
+        """Drop the placeholder buffers of the assumed needs (the build fails: they are not the schedule's)."""
+        while self.assumed:
+            del self.schedule.realized[self.assumed.pop()]
+            self.schedule.buffers.pop()
+
+    def give_up(self) -> None:
+        """The walk found needs: the build fails on the first, after the stash's check (the next builds, each need
+        realized, end there too)."""
+        try:
+            self.stash_stores()
+        except _Realize as need:
+            if need.node not in self.needs: self.needs.append(need.node)
+        raise _Realize(self.needs[0])
+
+    def release(self) -> None:
+        """Drop the walk's tables once the kernel is built or has failed: the builder lives on in a cycle with its
+        loop nests (and in the plan's computed_in), and its memo held every scalar node it made until the cyclic
+        collector ran, one collection of 1.3 s after lowering the gradient of twelve gelu(standardize) steps."""
+        self.unassume()
+        self.memo, self.seen_at, self.repeats_at, self.reduced_at, self.journal, self.entered = {}, {}, {}, {}, [], {}
 
     def buffer_arg(self, buf_id: int) -> UOp:
         if buf_id not in self.args: self.args.append(buf_id)
@@ -223,15 +296,24 @@ class KernelBuilder:
     def value(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         key = (u, idx, gate)
         if (hit := self.memo.get(key)) is not None: return hit
+        if u not in self.first_read:
+            self.first_read[u] = len(self.needs)
+            self._note(self.first_read, u)
+            self.entered[u] = len(self.journal)
         if (buf := self.schedule.realized.get(u)) is not None:
             out = self.load(buf, linear_index(idx, u.shape), gate)
-        elif u.op in _ALWAYS_REALIZED or _is_control_output(u) or u in self.plan.keep:
-            raise _Realize(u)
-        elif u in self.plan.stash and self.root is not None:
-            out = self._stashed(u, idx, gate)
         else:
-            out = self.compute(u, idx, gate)
+            mark = len(self.journal)
+            try:
+                if u.op in _ALWAYS_REALIZED or _is_control_output(u) or u in self.plan.keep: raise _Realize(u)
+                if u in self.plan.stash and self.root is not None: out = self._stashed(u, idx, gate)
+                else: out = self.compute(u, idx, gate)
+            except _Realize as need:
+                # speculating, a need met at u's first visit is noted and assumed; any other ends the walk
+                if not self.speculative or need.node is not u or self.entered[u] != mark: raise
+                out = self._assume_realized(u, idx, gate)
         self.memo[key] = out
+        self._note(self.memo, key)
         return out
 
     def _stashed(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
@@ -239,11 +321,12 @@ class KernelBuilder:
         kernel's own output at the same element; read back from there by the output loops (module docstring)."""
         if (self.stash_reads | set(self.stash_writes)) - {u}: raise _Realize(u)  # one stash per kernel
         if gate is None and self.nest is self.top and idx == self.out_idx:
-            self.stash_reads.add(u)
+            self._add(self.stash_reads, u)
             return self.load(self.root_buffer, linear_index(idx, u.shape), None)
         if gate is None and self.nest is not self.top and u not in self.stash_writes:
             value = self.compute(u, idx)
             self.stash_writes[u] = (idx, _store(self, self.root_buffer, linear_index(idx, u.shape), value))
+            self._note(self.stash_writes, u)
             return value
         raise _Realize(u)  # read anywhere else: it gets a buffer of its own
 
@@ -266,24 +349,39 @@ class KernelBuilder:
     def repeats(self, idx: tuple[UOp, ...]) -> int:
         """How often the current nest computes each element at idx: the iterations of the loops outside the
         innermost one idx depends on that idx does not depend on (linearize hoists out of the inner ones)."""
+        key = (self.nest, idx)
+        if (hit := self.repeats_at.get(key)) is not None: return hit
         used = {r for i in idx for r in _ranges_in(i)}
         loops = self.nest.loops
         innermost = max((k for k, r in enumerate(loops) if r in used), default=-1)
-        return math.prod(r.arg.size for r in loops[:innermost + 1] if r not in used)
+        out = self.repeats_at[key] = math.prod(r.arg.size for r in loops[:innermost + 1] if r not in used)
+        return out
 
     def _check_fusion(self, u: UOp, idx: tuple[UOp, ...]) -> None:
         if u.op not in GroupOp.ALU: return
-        self.computed_in.setdefault(u, set()).add(self.nest)
-        seen = self.seen_at.setdefault((self.nest, u), set())
-        seen.add(idx)
-        if len(seen) > 1 and element_flops(u, self.schedule.realized, 1) > 1: raise _Realize(u)
-        repeats = self.repeats(idx) if u.size > 1 else 1
-        if repeats > 1 and element_flops(u, self.schedule.realized, 8) > 8: raise _Realize(u)
+        if (seen := self.seen_at.get(key := (self.nest, u))) is None:
+            self.seen_at[key] = {idx}
+            self._note(self.seen_at, key)
+            self._computed_in_nest(u)
+        else:
+            self._add(seen, idx)
+            if len(seen) > 1 and element_flops(u, self.schedule.realized, 1, self._walk()) > 1: raise _Realize(u)
+        repeats = self.repeats(idx)
+        if repeats > 1 and u.size <= 1: repeats = 1
+        if repeats > 1 and element_flops(u, self.schedule.realized, 8, self._walk()) > 8: raise _Realize(u)
         # inside a reduction, an operand that does not vary along some of its loops (a matmul's A along the output
         # columns) is recomputed in each of their iterations: a layernorm feeding a weight gradient ran per
         # multiply-add. It gets a buffer when that costs less than the copies
-        if repeats > 1 and self.nest is not self.top and recompute_costs_more(u, repeats, self.schedule.realized):
+        if repeats > 1 and self.nest is not self.top and recompute_costs_more(u, repeats, self.schedule.realized,
+                                                                              self._walk()):
             raise _Realize(u)
+
+    def _computed_in_nest(self, u: UOp) -> None:
+        if (nests := self.computed_in.get(u)) is None:
+            self.computed_in[u] = {self.nest}
+            self._note(self.computed_in, u)
+        else:
+            self._add(nests, self.nest)
 
     def compute(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         """Node u's element at idx from its sources (the kernel's own root is computed, never loaded)."""
@@ -328,6 +426,8 @@ class KernelBuilder:
             else:
                 full.append(UOp.const(INDEX, 0) if i in axes else idx[i])
         if not fresh: return self.value(x, tuple(full))
+        if self.speculative:
+            self.journal += [(None, self.next_range - len(fresh)), (self.reduce_ranges, len(self.reduce_ranges))]
         self.reduce_ranges.extend(fresh)
         used = {r for i in idx for r in _ranges_in(i)}
         outer, self.nest = self.nest, _Nest([r for r in self.nest.loops if r in used] + fresh, self)
@@ -342,10 +442,12 @@ class KernelBuilder:
         x = u.src[0]
         row_bytes = math.prod(s for i, s in enumerate(x.shape) if i in u.arg.axes) * x.dtype.itemsize
         if gate is not None or row_bytes > FUSED_ROW_BYTES or self.repeats(idx) > 1: raise _Realize(u)
-        places = self.reduced_at.setdefault(u, set())
-        places.add(idx)
+        if (places := self.reduced_at.get(u)) is None:
+            places = self.reduced_at[u] = set()
+            self._note(self.reduced_at, u)
+        self._add(places, idx)
         if len(places) > 1: raise _Realize(u)  # read at two different places: one buffer serves both
-        self.computed_in.setdefault(u, set()).add(self.nest)
+        self._computed_in_nest(u)
         out = self.reduce(u, idx)
         if _is_matmul_like(out) and (not _one_element_per_iteration(u, idx)
                                      or any(r in self.reduce_ranges for i in idx for r in _ranges_in(i))):
@@ -358,7 +460,7 @@ class KernelBuilder:
     def _root_flops(self, limit: float) -> float:
         """Weighted ops an element of the kernel's root (itself realized: the walk starts at its sources), reduced
         values not counted; above `limit` it may stop counting."""
-        walked: set[UOp] = set()
+        walked = self._walk()
         return op_flops(self.root.op) + sum(element_flops(s, self.schedule.realized, limit, walked)
                                             for s in self.root.src)
 
@@ -429,6 +531,75 @@ class _Built:
     computed_in: dict              # what it told the plan (_finish)
 
 
+@dataclass
+class _Failed:
+    """A build an earlier split began for a realized node and gave up, needing `need` realized first, with the
+    status of every node whose status the walk read: realized, kept, stashed. A failed build tells the plan
+    nothing (`_finish` never ran), so when those statuses are all the same it fails again the same way: the
+    second split of the gradient of twelve `x + gelu(standardize(x))` steps spent a third of rangeify (400k node
+    visits) repeating the first split's 24 failed walks. A node's builds fail one after another, each after the
+    last one's need got its buffer: the statuses list the need first, then the realized nodes, where a failure
+    of another point in that sequence differs, so checking one that does not apply stops early."""
+    need: UOp
+    statuses: dict[UOp, tuple[bool, bool, bool]]
+
+    @staticmethod
+    def status(u: UOp, schedule: Schedule, plan: _Plan) -> tuple[bool, bool, bool]:
+        return u in schedule.realized, u in plan.keep, u in plan.stash
+
+    @classmethod
+    def of(cls, builder: KernelBuilder, need: UOp) -> _Failed:
+        read = set(builder.first_read)
+        for _, walked in builder.walks:
+            read |= walked
+            for n in walked: read.update(n.src)  # (the walk stopped at the realized ones)
+        realized = builder.schedule.realized
+        order = [need, *(n for n in read if n in realized), *(n for n in read if n not in realized)]
+        return cls(need, {n: cls.status(n, builder.schedule, builder.plan) for n in order})
+
+    def again(self, schedule: Schedule, plan: _Plan) -> bool:
+        return all(self.status(n, schedule, plan) == was for n, was in self.statuses.items())
+
+
+@dataclass
+class _Hint:
+    """The needs a speculative build found, in order, for the builds of the same node that follow in this split.
+
+    A build that meets a value needing a buffer fails; the split realizes the value and builds again from the
+    top, and the next build fails at the next such value a little further on. For a chain of L normalizations,
+    or the gradient of L layers, that is L walks of the whole graph below the node: quadratic. A speculative build
+    instead notes the need, undoes what it did beneath it (the journal), assumes it realized and walks on, as
+    the next build would: in one walk it finds the needs of all the builds to come. The next build replays the
+    next need without walking as long as nothing realized since (but the earlier needs) is a node the walk had
+    read by then (`first_read`: the number of needs found when the walk first read each node): the builds it
+    replaces read exactly those nodes, so they would fail alike. Otherwise it walks again."""
+    needs: list[UOp]
+    first_read: dict[UOp, int]
+    mark: int                  # schedule.realized's length when the nodes realized since were last checked
+    next: int = 1              # the need the next build would fail on
+    conflict: float = math.inf  # the first need whose walk read a node realized since (unforeseen)
+
+    @classmethod
+    def of(cls, builder: KernelBuilder) -> _Hint:
+        first_read = dict(builder.first_read)
+        for found, walked in builder.walks:
+            for n in walked:
+                for m in (n, *n.src):  # (the walk stopped at the realized sources)
+                    if first_read.get(m, found + 1) > found: first_read[m] = found
+        return cls(builder.needs, first_read, len(builder.schedule.realized) - 1)  # (the root, the last, goes)
+
+    def replay(self, schedule: Schedule) -> UOp | None:
+        """The need the next build of the node (realized again, the last) would fail on, when sure; else None."""
+        realized = schedule.realized
+        expected = self.needs[:self.next]
+        for n in itertools.islice(realized, self.mark, len(realized) - 1):
+            if n not in expected: self.conflict = min(self.conflict, self.first_read.get(n, math.inf))
+        self.mark = len(realized) - 1
+        if self.next >= len(self.needs) or self.conflict <= self.next or expected[-1] not in realized: return None
+        self.next += 1
+        return self.needs[self.next - 1]
+
+
 def _reused(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dict) -> list[Kernel] | None:
     """The kernel an earlier split built for `u`, when this split would build the same one, else None.
 
@@ -461,18 +632,42 @@ def _remember(built: dict, u: UOp, buf_id: int, builder: KernelBuilder, kernel: 
                       builder.computed_in)
 
 
-def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dict | None = None) -> list[Kernel]:
-    """The kernel(s) computing realized node u into buffer buf_id; `built`, when given, keeps each built kernel
-    for later splits (`_reused`)."""
+def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dict | None = None,
+                hints: dict | None = None) -> list[Kernel]:
+    """The kernel(s) computing realized node u into buffer buf_id, or _Realize naming a value to realize first.
+    `built`, when given, keeps each built kernel and each failed build for later splits (`_reused`, `_Failed`);
+    `hints`, this split's needs found ahead by speculative builds (`_Hint`)."""
     if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule, plan)
     if built is not None and (again := _reused(u, buf_id, schedule, plan, built)) is not None: return again
+    if hints is not None and (hint := hints.pop(u, None)) is not None and (need := hint.replay(schedule)) is not None:
+        hints[u] = hint
+        raise _Realize(need)
+    for failed in built.get((u, _Failed), ()) if built is not None else ():
+        if failed.again(schedule, plan): raise _Realize(failed.need)
     out_idx, ranges = _ranges(u.shape, 0)
-    builder = KernelBuilder(schedule, ranges, plan)
+    builder = KernelBuilder(schedule, ranges, plan, speculative=hints is not None)
     builder.root, builder.root_buffer, builder.out_idx = u, buf_id, out_idx
+    try:
+        return _build(u, buf_id, builder, ranges, built)
+    except _Realize as need:
+        builder.unassume()
+        if built is not None:
+            built.setdefault((u, _Failed), []).append(builder.first_failed or _Failed.of(builder, need.node))
+        if not builder.needs: raise
+        if need.node not in builder.needs: builder.needs.append(need.node)  # (met again: the walk ended there)
+        hints[u] = _Hint.of(builder)
+        raise _Realize(builder.needs[0]) from None
+    finally:
+        builder.release()
+
+
+def _build(u: UOp, buf_id: int, builder: KernelBuilder, ranges: list[UOp], built: dict | None) -> list[Kernel]:
+    out_idx = builder.out_idx
     if not u.size: value = UOp.const(u.dtype, 0)
     elif u.op is Ops.REDUCE: value = builder.reduce(u, out_idx)
     elif u.op is Ops.CONTIGUOUS: value = builder.value(u.src[0], out_idx)
     else: value = builder.compute(u, out_idx)
+    if builder.needs: builder.give_up()
     stash, rows = builder.stash_stores()
     sink = UOp(Ops.SINK, dtypes.bool_, (_store(builder, buf_id, linear_index(out_idx, u.shape), value), *stash))
     _finish(builder)
@@ -758,6 +953,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         schedule.realized[p] = p.arg.slot
     pending = _must_realize(body, plan) + [o for o in body.src if o.op is not Ops.PARAM]
     done: set[UOp] = set()
+    hints: dict[UOp, _Hint] = {}
     while pending:
         u = pending.pop(0)
         if u in done: continue
@@ -790,7 +986,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         buffers.append(BufferSpec(u.dtype, u.size, "intermediate", device=u.device))
         schedule.realized[u] = buf_id
         try:
-            kernels = _kernel_for(u, buf_id, schedule, plan, built)
+            kernels = _kernel_for(u, buf_id, schedule, plan, built, hints)
         except _Realize as need:
             del schedule.realized[u]
             buffers.pop()

@@ -548,13 +548,19 @@ def _split_text(fn) -> list:
         [(b.dtype, b.size, b.kind) for b in schedule.buffers] + [tuple(schedule.outputs)]
 
 
+def _gelu_standardize_steps(x, steps=6):
+    for _ in range(steps): x = x + fnx.nn.gelu(fnx.nn.standardize(x, axis=-1))
+    return x
+
+
 def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
     """rangeify splits the function several times; a kernel an earlier split built is reused when its build would
-    repeat (`_reused`). The whole schedule must equal the one built from scratch every time."""
+    repeat (`_reused`), a build that failed is not walked again when it would fail the same way (`_Failed`), and
+    within a split the needs of a node's next builds are found ahead by speculation (`_Hint`). The whole schedule
+    must equal the one built from scratch every time."""
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[2]))
     from bench import run as bench
-    from fnx.lower import rangeify as rangeify_module
     rng = np.random.default_rng(0)
     gpt = {k: jnp.asarray(v) for k, v in bench._gpt_params(rng).items()}
     data = rng.integers(0, bench.GPT["vocab"], (bench.GPT["batch"], bench.GPT["seq"] + 1)).astype(np.int32)
@@ -564,14 +570,87 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
         (bench._mlp_step(jnp, fnx.nn, fnx.value_and_grad),
          ({k: jnp.asarray(v) for k, v in mlp.items()}, jnp.asarray(x), jnp.asarray(np.eye(10, dtype=np.float32)[y]))),
         (lambda x: fnx.nn.softmax(jnp.tanh(x) @ x.T, axis=-1).sum(0), (jnp.ones((64, 64)),)),
+        (fnx.grad(lambda x: _gelu_standardize_steps(x).sum()), (jnp.ones((32, 64)),)),
+        (fnx.grad(lambda x: normalizations(5)(x).sum()), (jnp.ones((16, 24)),)),
+        (fnx.grad(_residual_mlp), ([jnp.ones((32, 32)) * 0.1 * i for i in range(4)], jnp.ones((16, 32)))),
+        (_log_softmax_steps, (jnp.ones((8, 16)),)),
     ]
     for f, args in programs:
         fn = callify(fnx.make_graph(f)(*args).fn)
         reused = _split_text(fn)
-        monkeypatch.setattr(rangeify_module, "_reused", lambda *a: None)
+        _plain_splits(monkeypatch)
         rebuilt = _split_text(fn)
         monkeypatch.undo()
         assert reused == rebuilt
+
+
+def _residual_mlp(ws, x):
+    h = x
+    for w in ws:
+        m = h.mean(-1, keepdims=True)
+        h = h + jnp.tanh((h - m) / jnp.sqrt(((h - m) ** 2).mean(-1, keepdims=True) + 1e-5) @ w)
+    return (h ** 2).mean()
+
+
+def _log_softmax_steps(x, steps=8):
+    for _ in range(steps): x = fnx.nn.log_softmax(x) * 0.5
+    return x
+
+
+def _plain_splits(monkeypatch):
+    """rangeify without its shortcuts: every build walked, none reused, replayed or speculative."""
+    from fnx.lower import rangeify as rangeify_module
+    kernel_for = rangeify_module._kernel_for
+    monkeypatch.setattr(rangeify_module, "_reused", lambda *a: None)
+    monkeypatch.setattr(rangeify_module._Failed, "again", lambda *a: False)
+    monkeypatch.setattr(rangeify_module, "_kernel_for", lambda u, buf_id, schedule, plan, built=None, hints=None:
+                        kernel_for(u, buf_id, schedule, plan, built))
+
+
+def test_failed_builds_are_not_walked_again(monkeypatch):
+    """The gradient of a chain of normalizations fails each build of its output once per statistic below it (each
+    needs a buffer first), and the second split fails the same ones: one speculative walk finds the needs of all
+    of a split's builds of a node (`_Hint`), and the second split replays the first failure (`_Failed`), with the
+    same schedule as every build walked. Counted in node visits of KernelBuilder.value; the result checked
+    against float64 finite differences."""
+    from fnx.lower import rangeify as rangeify_module
+    x = np.random.default_rng(3).standard_normal((32, 64)).astype(np.float32)
+    f = fnx.grad(lambda x: _gelu_standardize_steps(x, 10).sum())
+    fn = callify(fnx.make_graph(f)(x).fn)
+    visits = [0]
+    value = rangeify_module.KernelBuilder.value
+
+    def counted(self, *args):
+        visits[0] += 1
+        return value(self, *args)
+    monkeypatch.setattr(rangeify_module.KernelBuilder, "value", counted)
+    replayed = _split_text(fn)
+    with_shortcuts, visits[0] = visits[0], 0
+    reused = rangeify_module._reused
+    _plain_splits(monkeypatch)
+    monkeypatch.setattr(rangeify_module, "_reused", reused)  # (reuse kept: it is not what is measured)
+    assert _split_text(fn) == replayed
+    assert with_shortcuts < 0.5 * visits[0], (with_shortcuts, visits[0])
+    monkeypatch.undo()
+
+    def reference(x, steps=10):  # float64: gelu (tanh form) of standardize, its gradient by finite differences
+        def g(a):
+            for _ in range(steps):
+                s = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5)
+                a = a + 0.5 * s * (1 + np.tanh(np.sqrt(2 / np.pi) * (s + 0.044715 * s ** 3)))
+            return a.sum()
+        grad, h = np.zeros_like(x, np.float64), 1e-6
+        flat = x.astype(np.float64).ravel()
+        for i in range(0, flat.size, 97):  # a sample of the entries
+            up, down = flat.copy(), flat.copy()
+            up[i] += h
+            down[i] -= h
+            grad.ravel()[i] = (g(up.reshape(x.shape)) - g(down.reshape(x.shape))) / (2 * h)
+        return grad
+    got = np.asarray(fnx.jit(f)(x))
+    want = reference(x)
+    sample = np.arange(0, x.size, 97)
+    np.testing.assert_allclose(got.ravel()[sample], want.ravel()[sample], rtol=2e-3, atol=2e-3)
 
 
 def test_losers_match_the_pairwise_rule():
