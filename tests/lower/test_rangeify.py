@@ -4,7 +4,7 @@ and a value recomputed in several places gets a buffer. Every case's output is c
 and numpy."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fnx
 import fnx.numpy as jnp
@@ -574,14 +574,44 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
         (fnx.grad(lambda x: normalizations(5)(x).sum()), (jnp.ones((16, 24)),)),
         (fnx.grad(_residual_mlp), ([jnp.ones((32, 32)) * 0.1 * i for i in range(4)], jnp.ones((16, 32)))),
         (_log_softmax_steps, (jnp.ones((8, 16)),)),
+        # the matmul fails after its operand's row max r was fused into it (a heavy epilogue); r read again,
+        # flipped, is fused as the next build would fuse it only when speculation undid that first visit
+        (lambda x, w: jnp.tanh((x - x.max(-1, keepdims=True)) @ w) + x.max(-1, keepdims=True)[::-1],
+         (jnp.ones((8, 16)), jnp.ones((16, 4)))),
     ]
     for f, args in programs:
         fn = callify(fnx.make_graph(f)(*args).fn)
+        _failures_checked(monkeypatch)
         reused = _split_text(fn)
+        monkeypatch.undo()
         _plain_splits(monkeypatch)
         rebuilt = _split_text(fn)
         monkeypatch.undo()
         assert reused == rebuilt
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(st.data())
+def test_shortcuts_leave_random_programs_split_alike(data):
+    """The fuzzer's random programs (tests/fuzz/programs.py, up to 30 numpy steps), forward and the gradient of
+    their float outputs' sum: split with rangeify's shortcuts and with every build walked, the same schedule."""
+    from tests.fuzz.programs import programs
+    prog = data.draw(programs(grad=True))
+    ns = {"jnp": jnp, "np": np}
+    exec(prog.program_source(), ns)
+    program = ns["program"]
+    args = [np.zeros(i.shape, i.dtype) for i in prog.inputs]
+    floats = prog.float_outputs()
+    functions = [program] + ([fnx.grad(lambda *xs: sum(program(*xs)[k].sum() for k in floats),
+                                       argnums=tuple(range(len(args))))] if floats else [])
+    for f in functions:
+        fn = callify(fnx.make_graph(f)(*args).fn)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            _failures_checked(monkeypatch)
+            fast = _split_text(fn)
+            _plain_splits(monkeypatch)
+            assert _split_text(fn) == fast, prog.source()
 
 
 def _residual_mlp(ws, x):
@@ -595,6 +625,23 @@ def _residual_mlp(ws, x):
 def _log_softmax_steps(x, steps=8):
     for _ in range(steps): x = fnx.nn.log_softmax(x) * 0.5
     return x
+
+
+def _failures_checked(monkeypatch):
+    """Every failed build, walked or replayed (`_Failed`, `_Hint`), checked against a plain build of the same node
+    at that moment: it must fail on the same need."""
+    from fnx.lower import rangeify as rangeify_module
+    kernel_for = rangeify_module._kernel_for
+
+    def checked(u, buf_id, schedule, plan, built=None, hints=None):
+        try:
+            return kernel_for(u, buf_id, schedule, plan, built, hints)
+        except rangeify_module._Realize as need:
+            with pytest.raises(rangeify_module._Realize) as plain:
+                kernel_for(u, buf_id, schedule, plan)
+            assert plain.value.node is need.node
+            raise
+    monkeypatch.setattr(rangeify_module, "_kernel_for", checked)
 
 
 def _plain_splits(monkeypatch):
