@@ -13,7 +13,10 @@ traffic; the consumer reads each of its elements in one iteration of the loops o
 once per row, never once per output element; it is not a matmul-like product of two loads (those stay their own
 kernel for the optimizer); and one kernel computes it. The last condition, like the recompute rule, is a decision
 over the whole function: `rangeify` splits, finds the fused values computed in several places at a cost, gives
-buffers to those whose buffer saves the most (`_recomputed`), and splits again until nothing changes.
+buffers to those whose buffer saves the most (`_recomputed`), and splits again until nothing changes. A build
+that finds a value needing a buffer fails, and the split builds again once the value has one; the needs of those
+builds are found ahead by one speculative walk (`_Hint`), a kernel built in an earlier split is reused (`_reused`)
+and a failed build replayed (`_Failed`) when its walk would repeat.
 
 A stash saves the buffer of such a recomputed value when one kernel computes it twice: once in a fused reduction
 over rows of the kernel's own output and once in the output loops at the same element (softmax's exp(x - max),
