@@ -26,7 +26,9 @@ import numpy as np
 
 import fnx
 import fnx.numpy as jnp
-from bench.models import GPT, _gpt_params, _gpt_step, _mlp_data, _mlp_step, _sgd_step  # noqa: F401
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (run as a script: bench.models)
+from bench.models import GPT, _gpt_params, _gpt_step, _mlp_data, _mlp_step, _sgd_step  # noqa: E402, F401
 
 try:
     import jax
