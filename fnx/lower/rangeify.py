@@ -44,10 +44,6 @@ from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp, postorder
 INDEX = dtypes.int64
 CHEAP_FLOPS = 3               # a kept value this cheap to recompute is fused again where that saves a kernel
 FUSED_ROW_BYTES = 256 * 1024  # a fused REDUCE's input is read again by its consumer: it should still be in cache
-PLAIN_BUILDS = 2              # a node's plain builds before they speculate (`_Hint`): most succeed by the second,
-                              # and a walk that speculates past a single need walks on for nothing (speculating from
-                              # the first, the W4 step's rangeify visited 1383 nodes instead of 1045, the GPT step's
-                              # 15.5k instead of 12.8k; from the third, 1201 and 12.8k)
 HEAVY_EPILOGUE = 20           # weighted ops an element from which a matmul's elementwise epilogue is a kernel of its
                               # own: applied to a register block's accumulators, a transcendental's temporaries
                               # spill (AVX2 has 16 registers, 12 of them accumulators); the W8 RNN cell
@@ -643,17 +639,16 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dic
                 hints: dict | None = None) -> list[Kernel]:
     """The kernel(s) computing realized node u into buffer buf_id, or _Realize naming a value to realize first.
     `built`, when given, keeps each built kernel and each failed build for later splits (`_reused`, `_Failed`);
-    `hints`, this split's needs found ahead by speculative builds (`_Hint`), or how many plain builds of the node
-    failed."""
+    `hints`, this split's needs found ahead by speculative builds (`_Hint`)."""
     if u.op is Ops.SCATTER: return _scatter_kernels(u, buf_id, schedule, plan)
     if built is not None and (again := _reused(u, buf_id, schedule, plan, built)) is not None: return again
-    state = hints.get(u, 0) if hints is not None else 0
-    if isinstance(state, _Hint) and (need := state.replay(schedule)) is not None: raise _Realize(need)
+    if hints is not None and (hint := hints.pop(u, None)) is not None and (need := hint.replay(schedule)) is not None:
+        hints[u] = hint
+        raise _Realize(need)
     for failed in built.get((u, _Failed), ()) if built is not None else ():
         if failed.again(schedule, plan): raise _Realize(failed.need)
     out_idx, ranges = _ranges(u.shape, 0)
-    speculative = hints is not None and (isinstance(state, _Hint) or state >= PLAIN_BUILDS)
-    builder = KernelBuilder(schedule, ranges, plan, speculative=speculative)
+    builder = KernelBuilder(schedule, ranges, plan, speculative=hints is not None)
     builder.root, builder.root_buffer, builder.out_idx = u, buf_id, out_idx
     try:
         return _build(u, buf_id, builder, ranges, built)
@@ -661,7 +656,6 @@ def _kernel_for(u: UOp, buf_id: int, schedule: Schedule, plan: _Plan, built: dic
         builder.unassume()
         if built is not None:
             built.setdefault((u, _Failed), []).append(builder.first_failed or _Failed.of(builder, need.node))
-        if hints is not None and not speculative: hints[u] = state + 1
         if not builder.needs: raise
         if need.node not in builder.needs: builder.needs.append(need.node)  # (met again: the walk ended there)
         hints[u] = _Hint.of(builder)
@@ -962,7 +956,7 @@ def _split(fn: UOp, plan: _Plan, built: dict | None = None) -> Schedule:
         schedule.realized[p] = p.arg.slot
     pending = _must_realize(body, plan) + [o for o in body.src if o.op is not Ops.PARAM]
     done: set[UOp] = set()
-    hints: dict[UOp, _Hint | int] = {}
+    hints: dict[UOp, _Hint] = {}
     while pending:
         u = pending.pop(0)
         if u in done: continue

@@ -11,7 +11,6 @@ import fnx.numpy as jnp
 from fnx import dtypes, lax
 from fnx.backends.cpu_target import host_target
 from fnx.lower.pipeline import callify, lower
-from fnx.lower import rangeify as rangeify_module
 from fnx.lower.rangeify import FUSED_ROW_BYTES, rangeify
 from fnx.uop import Ops, ParamArg, ReduceArg, UOp
 
@@ -582,14 +581,13 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
     ]
     for f, args in programs:
         fn = callify(fnx.make_graph(f)(*args).fn)
+        _failures_checked(monkeypatch)
+        reused = _split_text(fn)
+        monkeypatch.undo()
         _plain_splits(monkeypatch)
         rebuilt = _split_text(fn)
         monkeypatch.undo()
-        for plain_builds in (rangeify_module.PLAIN_BUILDS, 0):  # (0: every build speculates)
-            monkeypatch.setattr(rangeify_module, "PLAIN_BUILDS", plain_builds)
-            _failures_checked(monkeypatch)
-            assert _split_text(fn) == rebuilt
-            monkeypatch.undo()
+        assert reused == rebuilt
 
 
 @settings(max_examples=25, deadline=None, database=None, derandomize=True,
@@ -597,8 +595,7 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
 @given(st.data())
 def test_shortcuts_leave_random_programs_split_alike(data):
     """The fuzzer's random programs (tests/fuzz/programs.py, up to 30 numpy steps), forward and the gradient of
-    their float outputs' sum: split with rangeify's shortcuts (speculating after PLAIN_BUILDS failures, and from the
-    first), and with every build walked, the same schedule."""
+    their float outputs' sum: split with rangeify's shortcuts and with every build walked, the same schedule."""
     from tests.fuzz.programs import programs
     prog = data.draw(programs(grad=True))
     ns = {"jnp": jnp, "np": np}
@@ -613,8 +610,6 @@ def test_shortcuts_leave_random_programs_split_alike(data):
         with pytest.MonkeyPatch.context() as monkeypatch:
             _failures_checked(monkeypatch)
             fast = _split_text(fn)
-            monkeypatch.setattr(rangeify_module, "PLAIN_BUILDS", 0)  # every build speculates
-            assert _split_text(fn) == fast, prog.source()
             _plain_splits(monkeypatch)
             assert _split_text(fn) == fast, prog.source()
 
