@@ -217,7 +217,8 @@ class KernelBuilder:
                                                             # never change; a chain of ops asks it at one idx)
         self.computed_in: dict[UOp, set[_Nest]] = {}        # handed to the plan once the kernel is complete
         self.first_read: dict[UOp, int] = {}                # every node the walk asked the value of -> how many
-                                                            # needs it had found then (_Hint)
+                                                            # needs it had found then, at the first ask: kept when
+                                                            # a need's cone is undone, that build read it (_Hint)
         self.walks: list[tuple[int, set[UOp]]] = []         # the nodes each cost walk counted (_walk), likewise
         # speculative builds (_Hint): the values found to need a buffer, each assumed to have one from then on
         # (`assumed`: a placeholder buffer), and the journal of the walk's changes to its tables, to undo a need's
@@ -226,12 +227,12 @@ class KernelBuilder:
         self.assumed: list[UOp] = []
         self.journal: list[tuple] = []
         self.entered: dict[UOp, int] = {}                   # the journal's length when the walk first met a node
+                                                            # (undone with a need's cone)
         self.first_failed: _Failed | None = None            # the first need, as a plain build fails (_Failed)
 
     def _walk(self) -> set[UOp]:
         """A set for a cost walk over the graph to fill with the nodes it counted, kept: the walk read whether
         those and their sources are realized (`_Failed`, `_Hint`)."""
-        if self.speculative: self.journal.append((self.walks, len(self.walks)))
         self.walks.append((len(self.needs), walked := set()))
         return walked
 
@@ -254,9 +255,9 @@ class KernelBuilder:
             else: del container[item]
 
     def _assume_realized(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:
-        """Speculation (`_Hint`): u needs a buffer. Undo what the walk did beneath u (what it read there too: the
-        next build loads u and never goes there), note the need, and go on as that build would: loading u (from a
-        placeholder buffer, dropped afterwards)."""
+        """Speculation (`_Hint`): u needs a buffer. Undo what the walk did beneath u (the next build loads u and
+        never goes there; what it read there stays in `first_read`: the builds up to this one read it), note the
+        need, and go on as that build would: loading u (from a placeholder buffer, dropped afterwards)."""
         if not self.needs: self.first_failed = _Failed.of(self, u)
         self._undo(self.entered[u])
         self.needs.append(u)
@@ -299,9 +300,9 @@ class KernelBuilder:
     def value(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None = None) -> UOp:
         key = (u, idx, gate)
         if (hit := self.memo.get(key)) is not None: return hit
-        if u not in self.first_read:
-            self.first_read[u] = len(self.needs)
-            self._note(self.first_read, u)
+        if u not in self.entered:  # the walk's first visit, or its first since a need's undo left u
+            if u not in self.first_read: self.first_read[u] = len(self.needs)  # (never undone: that build read u)
+            self._note(self.entered, u)
             self.entered[u] = len(self.journal)
         if (buf := self.schedule.realized.get(u)) is not None:
             out = self.load(buf, linear_index(idx, u.shape), gate)

@@ -578,6 +578,11 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
         # flipped, is fused as the next build would fuse it only when speculation undid that first visit
         (lambda x, w: jnp.tanh((x - x.max(-1, keepdims=True)) @ w) + x.max(-1, keepdims=True)[::-1],
          (jnp.ones((8, 16)), jnp.ones((16, 4)))),
+        # the input's gradient needs sin(1.5 x) beneath a reduction that then fails itself: the undo of that
+        # reduction's cone must not forget that an earlier build read sin(1.5 x), which the split realizes for
+        # the matmul before building the input's gradient again (found by the fuzzer)
+        (fnx.grad(lambda x: (lambda m: m.sum() + jnp.exp(m).sum())(jnp.sin(x * 1.5) @ jnp.sin(x * 1.5).T)),
+         (jnp.zeros((63, 2)),)),
     ]
     for f, args in programs:
         fn = callify(fnx.make_graph(f)(*args).fn)
