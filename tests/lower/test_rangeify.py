@@ -595,7 +595,7 @@ def test_kernels_reused_across_splits_are_the_ones_a_rebuild_gives(monkeypatch):
         assert reused == rebuilt
 
 
-@settings(max_examples=25, deadline=None, database=None, derandomize=True,
+@settings(max_examples=50, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 @given(st.data())
 def test_shortcuts_leave_random_programs_split_alike(data):
