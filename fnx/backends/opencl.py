@@ -14,7 +14,12 @@ no devices and `opencl` is an unknown device only when used.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
+import os
+import shutil
+import tempfile
 import weakref
 
 import numpy as np
@@ -35,12 +40,33 @@ def _cl_devices() -> list:
     """The OpenCL devices of the first platform that has any ([] without pyopencl or a driver)."""
     try:
         import pyopencl as cl
-        for platform in cl.get_platforms():
-            found = platform.get_devices()
-            if found: return list(found)
+        with _private_pocl_cache():
+            for platform in cl.get_platforms():
+                found = platform.get_devices()
+                if found: return list(found)
     except Exception:  # noqa: BLE001  (no ICD loader, no platform: no devices)
         return []
     return []
+
+
+@contextlib.contextmanager
+def _private_pocl_cache():
+    """PoCL's kernel cache, one directory per user, is not safe between processes that build the same source at
+    once (pocl/pocl#1480): three processes building the same 150 programs crashed one of four times (a segfault
+    or a failed build), and a test worker of `pytest -n 2` once crashed in PoCL. fnx caches program binaries
+    itself (`ObjectCache`), so PoCL gets a directory of this process's own, removed at exit, unless the user chose
+    one. PoCL reads POCL_CACHE_DIR when it finds its devices; the variable is restored afterwards, so that a child
+    process does not share the directory."""
+    if "POCL_CACHE_DIR" in os.environ:
+        yield
+        return
+    path, owner = tempfile.mkdtemp(prefix="fnx-pocl-"), os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+    os.environ["POCL_CACHE_DIR"] = path
+    try:
+        yield
+    finally:
+        del os.environ["POCL_CACHE_DIR"]
 
 
 class CLBuffer(Buffer):
