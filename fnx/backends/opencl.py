@@ -49,24 +49,56 @@ def _cl_devices() -> list:
     return []
 
 
+POCL_SLOTS = 64  # PoCL cache directories under fnx's cache, one per live process (`_private_pocl_cache`)
+_pocl_slot: list[int] = []  # the open lock file of this process's directory (held until exit)
+
+
 @contextlib.contextmanager
 def _private_pocl_cache():
     """PoCL's kernel cache, one directory per user, is not safe between processes that build the same source at
     once (pocl/pocl#1480): three processes building the same 150 programs crashed one of four times (a segfault
-    or a failed build), and a test worker of `pytest -n 2` once crashed in PoCL. fnx caches program binaries
-    itself (`ObjectCache`), so PoCL gets a directory of this process's own, removed at exit, unless the user chose
-    one. PoCL reads POCL_CACHE_DIR when it finds its devices; the variable is restored afterwards, so that a child
-    process does not share the directory."""
+    or a failed build), and a test worker of `pytest -n 2` once crashed in PoCL. So each process takes a directory
+    no other live process uses: the first of fnx's cache's `pocl/<n>` whose lock it gets (held until it exits;
+    the next process finds the directory warm: PoCL keeps there the machine code of each kernel's work-group
+    size, which a program binary from fnx's own cache does not carry), or without a cache (or a lock) one of its
+    own, removed at exit. A POCL_CACHE_DIR the user set is used as it is. PoCL reads the variable when it finds
+    its devices; it is restored afterwards, so that a child process picks its own."""
     if "POCL_CACHE_DIR" in os.environ:
         yield
         return
-    path, owner = tempfile.mkdtemp(prefix="fnx-pocl-"), os.getpid()
-    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+    path = _locked_slot()
+    if path is None:
+        path, owner = tempfile.mkdtemp(prefix="fnx-pocl-"), os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
     os.environ["POCL_CACHE_DIR"] = path
     try:
         yield
     finally:
         del os.environ["POCL_CACHE_DIR"]
+
+
+def _locked_slot() -> str | None:
+    """The first of `<fnx cache>/pocl/<n>` (n < POCL_SLOTS) whose lock file this process could lock, or None."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX)
+        return None
+    if not config.cache_dir: return None
+    for n in range(POCL_SLOTS):
+        path = os.path.join(config.cache_dir, "pocl", str(n))
+        try:
+            os.makedirs(path, exist_ok=True)
+            fd = os.open(os.path.join(path, ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another live process uses it
+            os.close(fd)
+            continue
+        _pocl_slot.append(fd)
+        return path
+    return None
 
 
 class CLBuffer(Buffer):

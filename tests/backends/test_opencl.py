@@ -109,38 +109,44 @@ _BUILDS = """
 import glob, os, sys, tempfile
 import numpy as np
 import fnx, fnx.numpy as jnp
+from fnx.backends import opencl
 x = fnx.device_put(jnp.arange(16.0), "opencl:0")
 for k in range(int(sys.argv[1])):  # distinct programs, the same in each process: PoCL builds each one
     np.testing.assert_allclose(np.asarray(fnx.jit(lambda x: jnp.sin(x) * k + 1)(x)), np.sin(np.arange(16.0)) * k + 1,
                                rtol=1e-5, atol=1e-5)
-built = [d for d in glob.glob(os.path.join(tempfile.gettempdir(), "fnx-pocl-*")) if os.listdir(d)]
-print(len(built), os.environ.get("POCL_CACHE_DIR"))
+slot = os.path.dirname(os.readlink(f"/proc/self/fd/{opencl._pocl_slot[0]}")) if opencl._pocl_slot else "-"
+own = [d for d in glob.glob(os.path.join(tempfile.gettempdir(), "fnx-pocl-*")) if os.listdir(d)]
+print(slot, len(own), os.environ.get("POCL_CACHE_DIR"))
 """
 
 
 def test_processes_building_the_same_programs_at_once_keep_apart(tmp_path):
     """PoCL's kernel cache is one directory per user, unsafe between processes building the same source at once (a
-    segfault or a failed build in one of four runs of three such processes). Each fnx process gets its own,
-    populated while it runs and removed at exit, and the environment that its children inherit is left as it was;
-    a directory the user chose is used as it is."""
+    segfault or a failed build in one of four runs of three such processes). Each fnx process takes a directory
+    of fnx's cache that no other live process holds (`pocl/<n>`, locked), which the next process finds warm;
+    without fnx's cache, one of its own, removed at exit; the environment its children inherit is left as it
+    was; a directory the user chose is used as it is."""
     import os
     import subprocess
     import sys
-    env = dict(os.environ, FNX_CACHE_DIR="")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, FNX_CACHE_DIR=str(cache), TMPDIR=str(tmp_path))
     env.pop("POCL_CACHE_DIR", None)
-    runs = []
-    for i in range(3):
-        (tmp := tmp_path / f"p{i}").mkdir()
-        runs.append(subprocess.Popen([sys.executable, "-c", _BUILDS, "8"], env=dict(env, TMPDIR=str(tmp)),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for i, run in enumerate(runs):
-        out, err = run.communicate(timeout=600)
-        assert run.returncode == 0, err
-        assert out.split() == ["1", "None"], out  # its own directory, built in; the variable not left set
-        assert not list((tmp_path / f"p{i}").iterdir())  # removed at exit
+
+    def run(programs, **extra):
+        return subprocess.Popen([sys.executable, "-c", _BUILDS, str(programs)], env=dict(env, **extra),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(process):
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        return out.split()
+    at_once = [result(p) for p in [run(6) for _ in range(3)]]
+    assert sorted(slot for slot, _, _ in at_once) == [str(cache / "pocl" / str(n)) for n in range(3)], at_once
+    assert all(rest == ["0", "None"] for _, *rest in at_once), at_once  # no directory of its own; variable unset
+    assert all(len(os.listdir(slot)) > 1 for slot, _, _ in at_once)  # (PoCL's files beside the lock)
+    assert result(run(1)) == [str(cache / "pocl" / "0"), "0", "None"]  # the first directory is free again
+    assert result(run(1, FNX_CACHE_DIR="")) == ["-", "1", "None"]  # its own directory, built in ...
+    assert not list(tmp_path.glob("fnx-pocl-*"))  # ... and removed at exit
     chosen = tmp_path / "chosen"
-    out = subprocess.run([sys.executable, "-c", _BUILDS, "1"], env=dict(env, POCL_CACHE_DIR=str(chosen),
-                                                                      TMPDIR=str(tmp_path)),
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0", str(chosen)] and list(chosen.iterdir())
+    assert result(run(1, POCL_CACHE_DIR=str(chosen))) == ["-", "0", str(chosen)] and list(chosen.iterdir())
