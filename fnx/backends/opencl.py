@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 
 import numpy as np
@@ -35,9 +35,20 @@ from fnx.lower.target import Target
 from fnx.uop import UOp
 
 
-@functools.lru_cache(maxsize=1)
+_devices_lock = threading.Lock()
+_devices: list | None = None
+
+
 def _cl_devices() -> list:
-    """The OpenCL devices of the first platform that has any ([] without pyopencl or a driver)."""
+    """The OpenCL devices of the first platform that has any ([] without pyopencl or a driver); found once, by the
+    first thread that asks (the others wait: one PoCL cache directory a process)."""
+    global _devices
+    with _devices_lock:
+        if _devices is None: _devices = _find_devices()
+        return _devices
+
+
+def _find_devices() -> list:
     try:
         import pyopencl as cl
         with _private_pocl_cache():
