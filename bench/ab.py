@@ -3,6 +3,7 @@
     python bench/ab.py W10 fnx.lower.pipeline.STREAM_MIN_CACHES=1000000 fnx.lower.pipeline.STREAM_MIN_CACHES=1
     python bench/ab.py W2 base fnx.lower.optimize.ACC_K=512 --calls 20
     python bench/ab.py W12 base fnx.lower.optimize.ROW_PAIRS=0,fnx.lower.optimize.PACK_PASSES=4
+    python bench/ab.py MM784x256x512 base fnx.lower.optimize.ACC_K=128   # any (m, k) @ (k, n) float32 product
 
 Each variant is a comma-separated list of `module.CONSTANT=integer` settings (`base`: none). The workload's program
 is built and compiled once per variant, with the setting in force while it lowers, the in-process compile caches
@@ -56,6 +57,19 @@ def _w1_streaming():
 def _w2(n: int):
     a, b = (jnp.asarray(m) for m in np.random.default_rng(0).standard_normal((2, n, n)).astype(np.float32))
     return (lambda a, b: a @ b), (a, b)
+
+
+def _matmul(shape: str):
+    """`MMmxkxn`: an (m, k) @ (k, n) float32 product, for blocking decisions at shapes W2 does not cover."""
+    m, k, n = (int(v) for v in shape.split("x"))
+    rng = np.random.default_rng(0)
+    a, b = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((m, k), (k, n)))
+    return (lambda a, b: a @ b), (a, b)
+
+
+def _program(workload: str):
+    if workload.startswith("MM"): return _matmul(workload[2:])
+    return PROGRAMS[workload]()
 
 
 def _w3():
@@ -113,7 +127,7 @@ def _build(workload: str, variant: str):
     try:
         fnx.clear_caches()
         cpu_llvm._lowerings.entries.clear()  # (the backend's lowerings by graph: clear_caches keeps them)
-        fn, args = PROGRAMS[workload]()
+        fn, args = _program(workload)
         compiled = fnx.jit(fn).lower(*args).compile()
         fnx.block_until_ready(compiled(*args))
     finally:
@@ -123,7 +137,7 @@ def _build(workload: str, variant: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workload", choices=sorted(PROGRAMS))
+    parser.add_argument("workload", help=f"one of {sorted(PROGRAMS)}, or MMmxkxn: an (m, k) @ (k, n) product")
     parser.add_argument("variants", nargs="+", help="'base' or module.CONSTANT=int[,module.CONSTANT=int...]")
     parser.add_argument("--calls", type=int, default=60, help="rounds (each calls every variant once)")
     opts = parser.parse_args()
