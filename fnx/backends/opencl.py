@@ -280,16 +280,20 @@ class CLDevice(Device):
     def program(self, name: str, binary: bytes) -> CLProgram:
         import pyopencl as cl
         built = self._built.get(binary)
-        if built is None and binary.startswith(SOURCE_MAGIC):
-            last_binary, built = self.compiler.last
-            if last_binary == binary:
-                self.compiler.last = (None, None)  # (the executable holds it now: it dies with the executable)
-            else:
-                built = build(self.context, binary[len(SOURCE_MAGIC):].decode(), self.cl_device.name)
-            self._built[binary] = built
-        elif built is None:
-            built = self._built[binary] = cl.Program(self.context, [self.cl_device], [binary]).build()
+        if built is None: built = self._built[binary] = self._build(binary)
         return CLProgram(name, cl.Kernel(built, name), self.queue, self.target.local_size, built)
+
+    def _build(self, binary: bytes):
+        """The built program of a binary: the compiler's latest build when it is that one (taken: the executable
+        holds it now, and it dies with the executable), else built from the source or the driver's binary."""
+        import pyopencl as cl
+        last_binary, last = self.compiler.last
+        if last_binary == binary:
+            self.compiler.last = (None, None)
+            return last
+        if binary.startswith(SOURCE_MAGIC): return build(self.context, binary[len(SOURCE_MAGIC):].decode(),
+                                                         self.cl_device.name)
+        return cl.Program(self.context, [self.cl_device], [binary]).build()
 
 
 register_runtime(Runtime("opencl", lambda: len(_cl_devices()), CLDevice))
