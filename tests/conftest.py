@@ -69,6 +69,29 @@ def device(request):
     state.default_device = previous
 
 
+OPENCL_EXAMPLES = 2  # on opencl, a property test draws 1/OPENCL_EXAMPLES of its examples
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A property test (hypothesis) on the opencl backend draws half as many examples as on interp and cpu. On
+    PoCL, CI's OpenCL device, each new program costs a build of 0.2 s (PoCL parses its whole builtin header each
+    time), and most examples compile a program or two of their own: the opencl runs took 300 of the suite's 3,400
+    seconds. What an example checks on opencl that cpu does not is the OpenCL C renderer and runtime; each run of
+    the suite draws new examples (hypothesis is not derandomized)."""
+    test = getattr(item, "obj", None)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    drawn = getattr(test, "_hypothesis_internal_use_settings", None)
+    if drawn is None or "opencl" not in (params.get("device"), params.get("backend")):
+        yield
+        return
+    test._hypothesis_internal_use_settings = settings(drawn, max_examples=-(-drawn.max_examples // OPENCL_EXAMPLES))
+    try:
+        yield
+    finally:
+        test._hypothesis_internal_use_settings = drawn
+
+
 @pytest.fixture(scope="module")
 def jax_x64():
     """JAX in float64 for one module (the others use JAX's default float32): `pytestmark =
