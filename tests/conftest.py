@@ -46,18 +46,7 @@ settings.register_profile("fnx", max_examples=int(os.environ.get("FNX_TEST_EXAMP
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 settings.load_profile("fnx")
 
-def _default_devices() -> str:
-    """interp (the oracle) and cpu, and opencl where an OpenCL device exists (PoCL gives one on any CPU); CI sets
-    FNX_REQUIRE_OPENCL=1, so there a missing one fails the run instead of leaving opencl untested."""
-    from fnx.backends.opencl import _cl_devices
-    if _cl_devices(): return "interp,cpu,opencl"
-    if os.environ.get("FNX_REQUIRE_OPENCL") == "1":
-        raise RuntimeError("FNX_REQUIRE_OPENCL=1 but no OpenCL device was found (apt-get install pocl-opencl-icd; "
-                           "pip install 'fnx[opencl]')")
-    return "interp,cpu"
-
-
-DEVICES = [d for d in os.environ.get("FNX_TEST_DEVICES", _default_devices()).split(",") if d]
+from backends_under_test import DEVICES  # noqa: E402
 
 
 @pytest.fixture(params=DEVICES)
@@ -76,9 +65,9 @@ OPENCL_EXAMPLES = 2  # on opencl, a property test draws 1/OPENCL_EXAMPLES of its
 def pytest_runtest_call(item):
     """A property test (hypothesis) on the opencl backend draws half as many examples as on interp and cpu. On
     PoCL, CI's OpenCL device, each new program costs a build of 0.2 s (PoCL parses its whole builtin header each
-    time), and most examples compile a program or two of their own: the opencl runs took 300 of the suite's 3,400
-    seconds. What an example checks on opencl that cpu does not is the OpenCL C renderer and runtime; each run of
-    the suite draws new examples (hypothesis is not derandomized)."""
+    time), and most examples compile a program or two of their own: the property tests' opencl runs took 300 of
+    the suite's 3,400 test-seconds. What an example checks on opencl that cpu does not is the OpenCL C renderer and
+    runtime; each run of the suite draws new examples (hypothesis is not derandomized)."""
     test = getattr(item, "obj", None)
     params = getattr(getattr(item, "callspec", None), "params", {})
     drawn = getattr(test, "_hypothesis_internal_use_settings", None)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
-from conftest import DEVICES
+from backends_under_test import DEVICES
 
 import fnx
 import fnx.numpy as jnp

@@ -229,14 +229,16 @@ def test_reduction_dtypes_match_jax(dtype):
     inputs narrow to 32 bits; with x64 on, sum/prod of int32 and argmax/argmin are int64: as JAX in both modes."""
     x = np.array([[100, 100, 3], [2, 1, 0]]).astype(dtype.np)
     for name, x64 in itertools.product(REDUCTIONS, (False, True)):
-        with jax_x64(x64), fnx.enable_x64(x64):
-            expected = getattr(jjnp, name)(jjnp.asarray(x))
-            expected_axis = getattr(jjnp, name)(jjnp.asarray(x), axis=1)
-            got, got_axis = getattr(jnp, name)(jnp.asarray(x)), getattr(jnp, name)(jnp.asarray(x), axis=1)
-        assert got.dtype == expected.dtype and got_axis.dtype == expected_axis.dtype, (name, x64)
-        assert not got.weak_type and not got_axis.weak_type
-        if not dtypes.to_dtype(got.dtype).is_float:  # exact integer (wrapping) and bool results
-            np.testing.assert_array_equal(np.asarray(got_axis), np.asarray(expected_axis), err_msg=name)
+        with jax_x64(x64), fnx.enable_x64(x64):  # (shapes and dtypes by tracing: nothing is compiled)
+            whole, axis = (lambda m: lambda a: getattr(m, name)(a)), (lambda m: lambda a: getattr(m, name)(a, axis=1))
+            expected = [jax.eval_shape(f(jjnp), x) for f in (whole, axis)]
+            got = [fnx.eval_shape(f(jnp), x) for f in (whole, axis)]
+            assert [g.dtype for g in got] == [e.dtype for e in expected], (name, x64)
+            assert not any(g.weak_type for g in got)
+            if not dtypes.to_dtype(got[1].dtype).is_float:  # exact integer (wrapping) and bool results, eagerly
+                value, want = getattr(jnp, name)(jnp.asarray(x), axis=1), getattr(jjnp, name)(jjnp.asarray(x), axis=1)
+                assert value.dtype == want.dtype and not value.weak_type, (name, x64)
+                np.testing.assert_array_equal(np.asarray(value), np.asarray(want), err_msg=name)
 
 
 def test_cumsum_of_int8_wraps_like_jax():

@@ -3,7 +3,7 @@ and JAX; and float64 solves of every small size under jit (the native scan loop 
 on AVX-512: its kernels were inlined into the loop, where their `noalias` arguments do not hold)."""
 import numpy as np
 import pytest
-from conftest import DEVICES
+from backends_under_test import DEVICES
 
 import fnx
 import fnx.numpy as jnp

@@ -11,7 +11,7 @@ from fnx.backends import interp
 from fnx.backends.device import get_device
 from fnx.trace import compile_function
 from fnx.uop import GroupOp, IotaArg, Ops, ParamArg, ReduceArg, ScatterArg, UOp
-from conftest import DEVICES
+from backends_under_test import DEVICES
 
 ALL = dtypes.DTYPES
 FLOATS = [d for d in ALL if d.is_float]

@@ -35,12 +35,16 @@ def assert_tree_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6) 
 
 
 def check_vmap(fn, args, in_axes, out_axes=0, reference=None, rtol: float = 1e-5, atol: float = 1e-6):
-    """vmap(fn) equals fn per example stacked, and `reference` (a numpy function) per example stacked."""
+    """vmap(fn) on the current device equals fn per example on the interp oracle, stacked, and `reference` (a
+    numpy function) per example stacked. (The examples run on interp, not on the device: the unbatched functions
+    run on every device in their own tests, and on opencl each would build programs of its own.)"""
     in_axes = tuple(in_axes)
     size = next(np.shape(a)[ax] for a, ax in zip(args, in_axes) if ax is not None)
     out = fnx.vmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
     on_arrays = lambda *a: fn(*[jnp.asarray(v) for v in a])  # noqa: E731   (methods like .at need Arrays)
-    assert_tree_close(out, stack_examples(on_arrays, args, in_axes, size, out_axes), rtol, atol)
+    with fnx.default_device("interp"):
+        examples = stack_examples(on_arrays, args, in_axes, size, out_axes)
+    assert_tree_close(out, examples, rtol, atol)
     if reference is not None:
         want = stack_examples(reference, args, in_axes, size, out_axes)
         assert_tree_close(tree_util.tree_map(np.asarray, out), want, rtol=1e-4, atol=1e-5)

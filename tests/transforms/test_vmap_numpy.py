@@ -3,7 +3,6 @@
 the first argument batched along its last axis and the others shared, on each backend."""
 import numpy as np
 import pytest
-from conftest import DEVICES
 from test_vmap import args_of, batch, bools, check_vmap, ints, normal, positive
 
 import fnx.numpy as jnp
@@ -167,13 +166,7 @@ FUNCTIONS = [
 ]
 
 
-# on opencl one pattern, the one that moves the batch axis: each case builds programs of its own there (0.2 s each
-# on PoCL), and test_vmap.py's primitive tests run every batching rule on every device
-PATTERNS = [(device, pattern) for device in DEVICES for pattern in ("all_axis0", "first_last_axis")
-            if device != "opencl" or pattern == "first_last_axis"]
-
-
-@pytest.mark.parametrize("device, pattern", PATTERNS, indirect=["device"], ids=["-".join(p) for p in PATTERNS])
+@pytest.mark.parametrize("pattern", ["all_axis0", "first_last_axis"])
 @pytest.mark.parametrize("case", FUNCTIONS, ids=[c[0] for c in FUNCTIONS])
 def test_numpy_function_under_vmap(case, pattern, device):
     name, fn, reference, make = case
