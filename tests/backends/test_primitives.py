@@ -166,10 +166,13 @@ def test_reduce(dtype, shape, data, backend):
     want, got = interp.run(fn, inputs), run_on(backend, fn, inputs)
     for op, v, g, w in zip(ops, inputs, got, want):
         ref = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}[op]
-        if v.size or op is not Ops.MAX:
-            wide = v.astype(np.float32) if dtype.is_float and dtype.itemsize == 2 else v  # 16-bit floats sum in f32
-            assert_same(w, ref(wide, axis=axes, keepdims=True).astype(dtype.np), dtype)
-        assert_same(g, w, dtype)
+        try:
+            if v.size or op is not Ops.MAX:
+                wide = v.astype(np.float32) if dtype.is_float and dtype.itemsize == 2 else v  # 16-bit floats: in f32
+                assert_same(w, ref(wide, axis=axes, keepdims=True).astype(dtype.np), dtype)
+            assert_same(g, w, dtype)
+        except AssertionError as err:
+            raise AssertionError(f"{op.name} of {dtype.name} {shape} over {axes}: {err}") from None
 
 
 @given(data=st.data())
