@@ -230,9 +230,8 @@ def test_reduction_dtypes_match_jax(dtype):
     x = np.array([[100, 100, 3], [2, 1, 0]]).astype(dtype.np)
     for name, x64 in itertools.product(REDUCTIONS, (False, True)):
         with jax_x64(x64), fnx.enable_x64(x64):  # (shapes and dtypes by tracing: nothing is compiled)
-            whole, axis = (lambda m: lambda a: getattr(m, name)(a)), (lambda m: lambda a: getattr(m, name)(a, axis=1))
-            expected = [jax.eval_shape(f(jjnp), x) for f in (whole, axis)]
-            got = [fnx.eval_shape(f(jnp), x) for f in (whole, axis)]
+            expected = [jax.eval_shape(lambda a: getattr(jjnp, name)(a, **kw), x) for kw in ({}, {"axis": 1})]
+            got = [fnx.eval_shape(lambda a: getattr(jnp, name)(a, **kw), x) for kw in ({}, {"axis": 1})]
             assert [g.dtype for g in got] == [e.dtype for e in expected], (name, x64)
             assert not any(g.weak_type for g in got)
             if not dtypes.to_dtype(got[1].dtype).is_float:  # exact integer (wrapping) and bool results, eagerly
