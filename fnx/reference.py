@@ -42,7 +42,38 @@ def cast(x: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             inside = np.clip(np.where(above, 0.0, f), dtype.min, None).astype(dtype.np)
         return np.where(above, np.array(dtype.max, dtype.np), inside)
+    if dtype.np.kind == "V" and (x.dtype == np.float64 or (x.dtype.kind in "iu" and x.dtype.itemsize >= 4)):
+        return _round_once(x, dtype.np)
     return x.astype(dtype.np)
+
+
+def _round_once(x: np.ndarray, narrow: np.dtype) -> np.ndarray:
+    """float64 or 32/64-bit integers `x` to an ml_dtypes float (bfloat16, the float8s), rounded once: ml_dtypes
+    before 0.7 casts them through float32, rounding twice, so a value just past a midpoint of the narrow type can
+    land on the midpoint and then round to even, the wrong way. Here float32 is reached by rounding to odd (toward
+    zero, the last bit set where anything was dropped), which keeps what nearest rounding to 16 bits or fewer
+    needs: float32 has more than two bits beyond them."""
+    if x.dtype.kind in "iu":
+        wide = x.astype(np.float64)  # exact below 2**53: every 32-bit integer
+        if x.dtype.itemsize == 8 and (big := np.abs(wide) >= 2.0 ** 53).any():
+            wide[big] = [_odd_float64(int(v)) for v in x[big]]
+        x = wide
+    y = x.astype(np.float32)
+    wide_y = y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        inexact = (wide_y != x) & ~np.isnan(x)
+        toward_zero = np.where(np.abs(wide_y) > np.abs(x), np.nextafter(y, np.float32(0)), y)
+    odd = (toward_zero.view(np.uint32) | np.uint32(1)).view(np.float32)
+    return np.where(inexact, odd, y).astype(narrow)
+
+
+def _odd_float64(v: int) -> float:
+    """Integer `v` (|v| >= 2**53) as a float64 rounded to odd: its top 53 bits, the last one set if any below were
+    dropped."""
+    a = abs(v)
+    drop = a.bit_length() - 53
+    top = (a >> drop) | (1 if a & ((1 << drop) - 1) else 0)
+    return float(top) * 2.0 ** drop * (1 if v > 0 else -1)
 
 
 def _float_op(fn):

@@ -167,6 +167,19 @@ def test_cast_rounds_once(device, dtype, source):
     assert_ulps(fnx.jit(cast)(jnp.asarray(x)), want, 0, f"{source} -> {dtype} jit")
 
 
+def test_oracle_casts_64_bit_integers_to_bfloat16_once():
+    """The interp oracle's cast (fnx.reference.cast) of int64 values beyond 2**53, where float64 rounds too: one
+    past a bfloat16 midpoint rounds away from it, a midpoint itself to the even neighbour."""
+    from fnx import dtypes, reference
+    m = np.arange(128, 256, dtype=np.int64)  # bfloat16 holds m * 2**53 (8 significant bits) near 2**60
+    mid = (2 * m + 1) << 52
+    even = np.where(m % 2 == 0, m, m + 1)
+    x = np.concatenate([mid + 1, mid - 1, mid, -(mid + 1)])
+    want = np.concatenate([m + 1, m, even, -(m + 1)]).astype(np.float64) * 2.0 ** 53
+    got = reference.cast(x, dtypes.from_numpy(np.dtype(ml_dtypes.bfloat16)))
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
 @pytest.mark.parametrize("dtype", HALF)
 def test_contracted_add_rounds_the_product(device, dtype):
     """An ADD marked "contract" fuses with a product into one multiply-add only where no 16-bit rounding sits
