@@ -410,18 +410,31 @@ def realize(outs: list[UOp]) -> list[UOp]:
 
 
 def _lift_constants(fn: UOp, device: str) -> tuple[UOp, list[UOp]]:
-    """FUNCTION `fn` with every constant of its body (not of nested bodies) read from a PARAM of shape () that
-    follows the existing ones, and those constants. An eager op then compiles once per shape and dtype, not once
-    per Python scalar (`x * float(i)` in a loop compiled and kept one kernel per i), as JAX passes a scalar to its
-    compiled primitive as an argument. (jit keeps constants in the code, also as JAX does.)"""
+    """FUNCTION `fn` with the constants that meet data in its body (not in nested bodies) read from PARAMs of shape
+    () that follow the existing ones, and those constants. An eager op then compiles once per shape and dtype, not
+    once per Python scalar (`x * float(i)` in a loop compiled and kept one kernel per i), as JAX passes a scalar to
+    its compiled primitive as an argument. (jit keeps constants in the code, also as JAX does.)
+
+    Two kinds stay in the code, where the compiler folds them: constants that only meet other constants (a
+    shift's guard `amount < 32 ? amount : 0` of a constant amount), and shift amounts themselves. A rotation by
+    a constant is one instruction; by an argument it is a guarded variable shift, and the threefry rounds of an
+    eager random op built so took LLVM three times as long."""
     body = fn.src[0]
-    found = [u for u in body.graph if u.op is Ops.CONST]
-    if not found: return fn, []
-    scalars = list(dict.fromkeys(UOp.const(c.dtype, c.arg.value) for c in found))
+    constant: set[UOp] = set()  # nodes whose value is an expression of constants alone
+    lifted: dict[UOp, None] = {}
+    for u in body.graph:
+        if u.op is Ops.CONST or (u.src and (u.op in GroupOp.ALU or u.op in GroupOp.Movement)
+                                 and all(s in constant for s in u.src)):
+            constant.add(u)
+            continue
+        for i, s in enumerate(u.src):
+            if s.op is Ops.CONST and not (i == 1 and u.op in (Ops.SHL, Ops.SHR)): lifted[s] = None
+    if not lifted: return fn, []
+    scalars = list(dict.fromkeys(UOp.const(c.dtype, c.arg.value) for c in lifted))
     slot = {c: UOp(Ops.PARAM, c.dtype, (), ParamArg(len(fn.src) - 1 + i, (), device)) for i, c in enumerate(scalars)}
     memo: dict[UOp, UOp] = {}
     for u in body.graph:
-        if u.op is Ops.CONST:
+        if u in lifted:
             p = slot[UOp.const(u.dtype, u.arg.value)]
             memo[u] = p if not u.shape else UOp(Ops.EXPAND, u.dtype, (
                 UOp(Ops.RESHAPE, u.dtype, (p,), (1,) * len(u.shape)),), u.shape)

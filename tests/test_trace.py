@@ -62,6 +62,24 @@ def test_eager_op_compiles_once_per_signature(device):
     np.testing.assert_array_equal(np.asarray(second), np.maximum(c, d))
 
 
+def test_eager_scalars_that_meet_data_are_arguments_shift_amounts_stay_in_the_code(device):
+    """An eager op reads the constants that meet data from arguments (one compiled op for every Python scalar),
+    but keeps in its code the shift amounts and the constants that meet only constants (a shift's guard of a
+    constant amount): a rotation by a constant is one instruction, by an argument a guarded variable shift."""
+    rotl = lambda x: lax.shift_left(x, np.uint32(13)) | lax.shift_right_logical(x, np.uint32(19)) ^ (x * np.uint32(5))  # noqa: E731
+    x = np.arange(1, 9, dtype=np.uint32) * np.uint32(0x9E3779B9)
+    fn = fnx.make_graph(rotl)(x).fn
+    _, lifted = fnx.trace._lift_constants(fn, device)
+    assert sorted(c.arg.value for c in lifted) == [0, 5]  # the guards' zero fill and the multiplier
+    want = (x << np.uint32(13)) | ((x >> np.uint32(19)) ^ (x * np.uint32(5)))
+    np.testing.assert_array_equal(np.asarray(rotl(x)), want)
+    before = len(fnx.backends.device._executables)
+    y = lax.mul(x, np.uint32(7))
+    np.asarray(lax.mul(x, np.uint32(11)))
+    assert len(fnx.backends.device._executables) - before <= 1  # (a new scalar is an argument, not a new op)
+    np.testing.assert_array_equal(np.asarray(y), x * np.uint32(7))
+
+
 def test_eager_results_are_concrete(device):
     out = lax.mul(np.arange(3, dtype=np.float32), 2.0)
     assert isinstance(out, Array) and out.is_concrete

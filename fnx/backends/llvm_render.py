@@ -487,9 +487,11 @@ class Renderer:
 
     def shift(self, op: Ops, d: DType, a: str, b: str) -> str:
         t, bits, i1 = self.rt(d), 8 * d.itemsize, self.vt("i1")
+        kind = "shl" if op is Ops.SHL else "lshr" if d.is_unsigned else "ashr"
+        amount = b[len("splat ("):-1].split()[-1] if b.startswith("splat (") else b
+        if amount.isdigit() and int(amount) < bits: return self.emit(f"{kind} {t} {a}, {b}")  # (a constant in range)
         big = self.emit(f"icmp uge {t} {b}, {self.c(bits, d)}")
         safe = self.emit(f"select {i1} {big}, {t} {self.c(0, d)}, {t} {b}")
-        kind = "shl" if op is Ops.SHL else "lshr" if d.is_unsigned else "ashr"
         out = self.emit(f"{kind} {t} {a}, {safe}")
         overflow = self.c(0, d) if op is Ops.SHL or d.is_unsigned else self.emit(f"ashr {t} {a}, {self.c(bits - 1, d)}")
         return self.emit(f"select {i1} {big}, {t} {overflow}, {t} {out}")

@@ -75,6 +75,18 @@ def test_elementwise_chain_through_pipeline_lower():
     assert [what for what, _ in lines].count("open") == 2   # one loop per output axis, nothing else
 
 
+def test_a_padded_operand_gates_its_data_loads_not_its_scalar_loads():
+    """Under a pad, a load at a constant index inside its buffer (a 0-d operand) is not gated: the pad's WHERE
+    discards it in the padding anyway, and across vector lanes a gated load of one address is a masked gather."""
+    f = lambda x, s: jnp.pad(x * s, (0, 3))  # noqa: E731
+    x, s = np.arange(1, 6, dtype=np.float32), np.float32(2.5)
+    schedule = rangeify(callify(fnx.make_graph(f)(x, s).fn))
+    loads = [u for k in schedule.kernels for u in k.sink.toposort if u.op is Ops.LOAD]
+    gated = {u.src[1].op is Ops.CONST: len(u.src) > 2 for u in loads}
+    assert gated == {True: False, False: True}, loads  # the scalar's load: no gate; x's: gated by the pad
+    np.testing.assert_array_equal(np.asarray(fnx.jit(f)(x, s)), np.pad(x * s, (0, 3)))
+
+
 @given(st.tuples(dims, dims))
 def test_sum_of_scaled_is_one_kernel(shape):
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
