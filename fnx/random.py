@@ -833,6 +833,8 @@ def _last_axis_argsort(keys: Array) -> Array:
     moved = keys
     n = moved.shape[-1]
     size = 1 << max(n - 1, 0).bit_length()
+    if not moved.uop.dtype.is_float and moved.uop.dtype.itemsize <= 4 and size <= 2 ** 31:
+        return _packed_argsort(moved, n, size)  # (float keys compare as floats: -0.0 equal to +0.0)
     batch = moved.shape[:-1]
     index = lax.broadcasted_iota(dtypes.int32, moved.shape, moved.ndim - 1)
     if size != n:
@@ -849,6 +851,40 @@ def _last_axis_argsort(keys: Array) -> Array:
         (moved, index), _ = lax.scan(lambda carry, stage: (_compare_exchange(*carry, position, *stage), None),
                                      (moved, index), (widths, halves))
     return lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index
+
+
+def _packed_argsort(keys: Array, n: int, size: int) -> Array:
+    """`_last_axis_argsort` of integer keys of 32 bits or fewer (fnx.lax's sorts order floats by such keys, their
+    bits: `order_keys`): each (key, index) pair packed into one int64, the key
+    (order-preserving as int32) in the high half and its index in the low, so the network moves one array and a
+    stage is one gather and a min/max. The packed values of the real elements are distinct (their indices are), so
+    the result is the stable order; the padding is the largest int64, after all of them."""
+    d = keys.uop.dtype
+    if d == dtypes.uint32:  # (an order-preserving int32: the top bit flipped)
+        key32 = lax.bitcast_convert_type(lax.bitwise_xor(keys, np.uint32(0x80000000)), dtypes.int32)
+    else:
+        key32 = lax.convert_element_type(keys, dtypes.int32)
+    index = lax.broadcasted_iota(dtypes.int64, keys.shape, keys.ndim - 1)
+    packed = lax.bitwise_or(lax.shift_left(lax.convert_element_type(key32, dtypes.int64),
+                                           lax.full((), 32, dtypes.int64)), index)
+    if size != n:
+        pad = [(0, 0, 0)] * (keys.ndim - 1) + [(0, size - n, 0)]
+        packed = lax.pad(packed, lax.full((), np.iinfo(np.int64).max, dtypes.int64), pad)
+    stages = [(width, half) for width in (1 << b for b in range(1, size.bit_length()))
+              for half in (width >> j for j in range(1, width.bit_length()))]
+    if stages:
+        widths, halves = (jnp.asarray(np.array(column, np.int32)) for column in zip(*stages))
+        position = lax.broadcasted_iota(dtypes.int32, packed.shape, packed.ndim - 1)
+
+        def stage(v: Array, width_half: tuple[Array, Array]) -> tuple[Array, None]:
+            width, half = width_half
+            partner = jnp.bitwise_xor(position, half)
+            other = jnp.take_along_axis(v, partner, -1)
+            keep_smaller = jnp.equal(jnp.less(position, partner), jnp.equal(jnp.bitwise_and(position, width), 0))
+            return jnp.where(keep_smaller, lax.min(v, other), lax.max(v, other)), None
+        packed, _ = lax.scan(stage, packed, (widths, halves))
+    if size != n: packed = lax.slice_in_dim(packed, 0, n, axis=-1)
+    return lax.convert_element_type(lax.bitwise_and(packed, lax.full((), 0xFFFFFFFF, dtypes.int64)), dtypes.int32)
 
 
 def _compare_exchange(keys: Array, index: Array, position: Array, width: Array, half: Array) -> tuple[Array, Array]:
