@@ -23,7 +23,8 @@ from fnx import dtypes
 from fnx import lax as _lax
 from fnx import numpy as jnp
 from fnx.errors import at_user_line
-from fnx.trace import Array, as_operand, eager_op, imag_part, make_complex, real_part
+from fnx.trace import Array, as_operand, imag_part, make_complex, real_part
+from fnx.transforms.jit import jitted_op
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn",
            "rfftn", "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
@@ -135,7 +136,7 @@ def _one_dimensional(name: str, inverse: bool, doc: str):
         return _along(x, axis, inverse, _norm_scale(norm, x.shape[axis], inverse, name))
     transform.__name__ = transform.__qualname__ = name
     transform.__doc__ = doc
-    return eager_op(transform)
+    return jitted_op("n", "axis", "norm")(transform)
 
 
 fft = _one_dimensional("fft", False, "The discrete Fourier transform along `axis` (length n: cut or zero-padded), "
@@ -143,7 +144,7 @@ fft = _one_dimensional("fft", False, "The discrete Fourier transform along `axis
 ifft = _one_dimensional("ifft", True, "The inverse discrete Fourier transform along `axis`, as numpy.fft.ifft.")
 
 
-@eager_op
+@jitted_op("n", "axis", "norm")
 def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
     """The transform of a real input: its first n // 2 + 1 frequencies (the rest are their conjugates)."""
     x = _operand(a, "rfft", real_input=True)
@@ -154,7 +155,7 @@ def rfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
     return _lax.slice_in_dim(full, 0, size // 2 + 1, axis=axis)
 
 
-@eager_op
+@jitted_op("n", "axis", "norm")
 def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
     """The inverse of rfft: a real signal of length n (default 2 (m - 1) for m input frequencies), the
     spectrum's upper half being the conjugates of its lower half."""
@@ -168,7 +169,7 @@ def irfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
     return jnp.real(_along(full, axis, True, _norm_scale(norm, n, True, "irfft")))
 
 
-@eager_op
+@jitted_op("n", "axis", "norm")
 def hfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
     """The transform of a signal with Hermitian symmetry (given by its first half): a real spectrum."""
     x = _operand(a, "hfft")
@@ -177,7 +178,7 @@ def hfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) 
     return irfft(jnp.conj(x), m, axis, inverse_norm)
 
 
-@eager_op
+@jitted_op("n", "axis", "norm")
 def ihfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Array:
     """The inverse of hfft: the first half of the conjugate-symmetric spectrum of a real signal."""
     inverse_norm = {None: "forward", "backward": "forward", "forward": "backward", "ortho": "ortho"}.get(norm, norm)
@@ -209,13 +210,13 @@ def _nd(name: str, inverse: bool):
     transform.__name__ = transform.__qualname__ = name
     transform.__doc__ = f"The {'inverse ' if inverse else ''}discrete Fourier transform over `axes` (default: all, " \
                         f"or the last len(s)), as numpy.fft.{name}."
-    return eager_op(transform)
+    return jitted_op("s", "axes", "norm")(transform)
 
 
 fftn, ifftn = _nd("fftn", False), _nd("ifftn", True)
 
 
-@eager_op
+@jitted_op("s", "axes", "norm")
 def rfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None) -> Array:
     """rfft over the last of `axes`, then fft over the others, as numpy.fft.rfftn."""
     x = _operand(a, "rfftn", real_input=True)
@@ -225,7 +226,7 @@ def rfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = N
                 norm) if axes_[:-1] else x
 
 
-@eager_op
+@jitted_op("s", "axes", "norm")
 def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
            norm: str | None = None) -> Array:
     """ifft over all but the last of `axes`, then irfft over the last, as numpy.fft.irfftn."""
@@ -236,21 +237,25 @@ def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = 
     return irfft(x, sizes[-1], axes_[-1], norm)
 
 
+@jitted_op("s", "axes", "norm")
 def fft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
     """fftn over two axes (the last two by default)."""
     return fftn(a, s, axes, norm)
 
 
+@jitted_op("s", "axes", "norm")
 def ifft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
     """ifftn over two axes (the last two by default)."""
     return ifftn(a, s, axes, norm)
 
 
+@jitted_op("s", "axes", "norm")
 def rfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
     """rfftn over two axes (the last two by default)."""
     return rfftn(a, s, axes, norm)
 
 
+@jitted_op("s", "axes", "norm")
 def irfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1), norm: str | None = None) -> Array:
     """irfftn over two axes (the last two by default)."""
     return irfftn(a, s, axes, norm)

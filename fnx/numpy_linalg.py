@@ -25,6 +25,7 @@ from fnx.control_flow import fori_loop
 from fnx.errors import ShapeError, at_user_line
 from fnx.trace import Array, eager_op, refuse_complex
 from fnx.transforms.custom import custom_jvp
+from fnx.transforms.jit import jitted_op
 
 __all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv",
@@ -49,7 +50,7 @@ def _row(a: Array, j: Array) -> Array:
     return jnp.take(a, j, axis=-2)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def cholesky(a: Any, *, upper: bool = False, symmetrize_input: bool = True) -> Array:
     """The lower-triangular L with a = L L^T (a symmetric positive definite; otherwise NaNs, as in JAX). With
     `symmetrize_input` a is replaced by (a + a^T) / 2 first; `upper` returns L^T."""
@@ -124,7 +125,7 @@ def _triangular_solve(t: Array, b: Array, lower: bool, unit_diagonal: bool) -> A
                                            jnp.result_type(t, b)))
 
 
-@eager_op
+@jitted_op(automatic=True)
 def solve(a: Any, b: Any) -> Array:
     """x with a x = b, by LU with partial pivoting. A 1-d b is a vector; otherwise b is (..., n, k), a stack of
     matrices (numpy 2's and JAX's rule)."""
@@ -157,7 +158,7 @@ def _complex_solve(a: Array, b: Array) -> Array:
     return lax.complex(xr, xi)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def inv(a: Any) -> Array:
     """The inverse of square matrices (singular ones give inf/NaN, as in JAX)."""
     a = _square(a, "inv")
@@ -169,7 +170,7 @@ class SlogdetResult(NamedTuple):
     logabsdet: Array
 
 
-@eager_op
+@jitted_op(automatic=True)
 def slogdet(a: Any, *, method: str | None = None) -> SlogdetResult:
     """(sign, log|det|) of square matrices, from the LU factors; a singular matrix gives (0, -inf)."""
     a = _square(a, "slogdet")
@@ -214,7 +215,7 @@ def _det_jvp(primals, tangents):
     return _det(a), jnp.sum(jnp.swapaxes(_adjugate(a), -1, -2) * da, axis=(-2, -1))
 
 
-@eager_op
+@jitted_op(automatic=True)
 def det(a: Any) -> Array:
     """The determinant of square matrices (the product of U's diagonal, signed by the row swaps). Its derivative is
     tr(adj(a) da), with the adjugate from the SVD: finite at singular matrices, as JAX's."""
@@ -285,6 +286,7 @@ def _tall_qr_jvp(primals, tangents):
     return (q, r), (b + jnp.matmul(q, w - c), jnp.matmul(c - w, r))
 
 
+@jitted_op(automatic=True)
 def qr(a: Any, mode: str = "reduced") -> Any:
     """Q R = a with orthonormal Q and upper-triangular R, by Householder reflections (R's diagonal has LAPACK's
     signs: each reflection maps its column to -sign(a_jj) times its norm). `mode`: 'reduced' (Q (m, k), R (k, n),
@@ -311,7 +313,7 @@ def qr(a: Any, mode: str = "reduced") -> Any:
     return r if mode == "r" else QRResult(q, r)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def matrix_power(a: Any, n: int) -> Array:
     """a @ a @ ... (n times) by repeated squaring; n = 0 gives the identity, n < 0 powers of the inverse."""
     a = _square(a, "matrix_power")
@@ -416,7 +418,7 @@ def _eigh_jvp(primals, tangents):
     return (values, vectors), (jnp.diagonal(projected, axis1=-2, axis2=-1), jnp.matmul(vectors, f * projected))
 
 
-@eager_op
+@jitted_op(automatic=True)
 def eigh(a: Any, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:
     """Eigenvalues (ascending) and orthonormal eigenvectors (columns) of symmetric matrices: a V = V diag(w).
     By the parallel cyclic Jacobi method (accurate to the float's precision, also for tiny eigenvalues); JAX calls
@@ -434,6 +436,7 @@ def eigh(a: Any, UPLO: str | None = None, symmetrize_input: bool = True) -> Eigh
     return EighResult(*_eigh(a))
 
 
+@jitted_op(automatic=True)
 def eigvalsh(a: Any, UPLO: str | None = "L", *, symmetrize_input: bool = True) -> Array:
     """The eigenvalues of symmetric matrices, ascending (eigh's first result)."""
     return eigh(a, UPLO, symmetrize_input).eigenvalues
@@ -509,7 +512,7 @@ def _svd_jvp(primals, tangents):
     return (u, s, v), (du, jnp.diagonal(j, axis1=-2, axis2=-1), dv)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
     """a = U diag(S) Vh with orthonormal U, Vh and singular values S descending, by one-sided Jacobi (JAX calls
     LAPACK's gesdd). `full_matrices` completes U (or Vh) to a square orthonormal basis; with `compute_uv=False`
@@ -530,6 +533,7 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: 
     return SVDResult(u, s, jnp.swapaxes(v, -1, -2))
 
 
+@jitted_op(automatic=True)
 def svdvals(x: Any, /) -> Array:
     """The singular values, descending."""
     return svd(x, compute_uv=False)
@@ -540,7 +544,7 @@ def _cutoff(s: Array, rtol: Any, shape: tuple[int, ...]) -> Array:
     return jnp.asarray(rtol, s.dtype)[..., None] * s[..., :1]
 
 
-@eager_op
+@jitted_op(automatic=True)
 def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None) -> Array:
     """The Moore-Penrose pseudo-inverse: V diag(1/S) U^T over the singular values above rtol * max(S)."""
     a = jnp.asarray(a)
@@ -551,7 +555,7 @@ def pinv(a: Any, rtol: Any = None, hermitian: bool = False, *, rcond: Any = None
     return jnp.matmul(jnp.swapaxes(vh, -1, -2) * inverse[..., None, :], jnp.swapaxes(u, -1, -2))
 
 
-@eager_op
+@jitted_op(automatic=True)
 def matrix_rank(M: Any, rtol: Any = None, *, tol: Any = None) -> Array:
     """The number of singular values above tol (default rtol * max(S), rtol = max(m, n) * eps)."""
     m = jnp.asarray(M)
@@ -568,7 +572,7 @@ class LstsqResult(NamedTuple):
     singular_values: Array
 
 
-@eager_op
+@jitted_op(automatic=True)
 def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> LstsqResult:
     """The least-squares solution of a x = b through the SVD (singular values at or below rcond * max(S) are
     dropped), with the squared residuals (when a has full column rank and more rows than columns), the rank and the
@@ -591,7 +595,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None, *, numpy_resid: bool = False) -> Ls
     return LstsqResult(x, residuals, rank, s)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def cond(x: Any, p: Any = None) -> Array:
     """The condition number: max(S) / min(S) for p None or 2, min / max for -2, else norm(x, p) norm(inv(x), p)."""
     x = jnp.asarray(x)
@@ -629,6 +633,7 @@ def multi_dot(arrays: Any, *, precision: Any = None) -> Array:
     return out
 
 
+@jitted_op(automatic=True)
 def tensorsolve(a: Any, b: Any, axes: Any = None) -> Array:
     """x with tensordot(a, x, x.ndim) = b: a reshaped to a square matrix and solved."""
     a, b = jnp.asarray(a), jnp.asarray(b)
@@ -640,6 +645,7 @@ def tensorsolve(a: Any, b: Any, axes: Any = None) -> Array:
     return solve(a.reshape(-1, size), b.reshape(-1)).reshape(unknown)
 
 
+@jitted_op(automatic=True)
 def tensorinv(a: Any, ind: int = 2) -> Array:
     """The inverse of a with respect to tensordot over its first `ind` axes."""
     a = jnp.asarray(a)
@@ -709,7 +715,7 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Array
     return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Array:
     """numpy.linalg.norm: a vector norm over one axis (or of a 1-d array), a matrix norm over two axes (or of a
     2-d array), the 2-norm of all elements for axis None and ord None."""

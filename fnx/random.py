@@ -32,10 +32,9 @@ Departures from jax.random:
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -46,7 +45,7 @@ from fnx.dtypes import DType
 from fnx.errors import at_user_line
 from fnx.trace import Array, Traced, eager_op, inline, state, trace
 from fnx.transforms.custom import custom_jvp  # gamma's derivative in alpha (implicit reparameterization)
-from fnx.transforms.jit import jit, jit_state
+from fnx.transforms.jit import jitted_op
 
 __all__ = ["PRNGKey", "key", "key_data", "key_dtype", "KeyArray", "wrap_key_data", "threefry_2x32", "split", "fold_in",
            "bits", "uniform", "normal", "truncated_normal", "bernoulli", "randint", "gumbel", "categorical",
@@ -58,39 +57,6 @@ __all__ = ["PRNGKey", "key", "key_data", "key_dtype", "KeyArray", "wrap_key_data
 Shape = Sequence[int]
 
 # ---- keys ----
-
-
-def _sampler(*static: str, static_ints: tuple[str, ...] = (), convert: dict[str, Callable] | None = None) -> Callable:
-    """Decorator for the samplers: outside a trace, a call runs a jitted function with the arguments named in
-    `static` (and in `static_ints` when they are Python ints) as static arguments, as JAX jits its random functions;
-    inside a trace, or under fnx.disable_jit, the function is traced or run op by op as any fnx.numpy function.
-    Run eagerly, every call traced its whole graph again (hundreds of threefry ops): `normal(key, (1000,))` cost
-    17 ms a call, `permutation(key, 2000)` 28 ms. A static argument that is not hashable (a shape given as an
-    array) runs eagerly; a list is taken as a tuple. `convert` maps an argument's name to what makes it a jit
-    argument of the right dtype (fold_in's Python int data, which wraps to uint32)."""
-    def decorate(fn: Callable) -> Callable:
-        eager = eager_op(fn)
-        signature = inspect.signature(fn)
-        jitted: dict[tuple[str, ...], Callable] = {}
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            if state.depth or jit_state.disabled: return eager(*args, **kwargs)
-            arguments = signature.bind(*args, **kwargs).arguments
-            for n, f in (convert or {}).items():
-                if n in arguments: arguments[n] = f(arguments[n])
-            names = tuple(n for n in static if n in arguments) + tuple(
-                n for n in static_ints if isinstance(arguments.get(n), (int, np.integer)) and not isinstance(arguments[n], bool))
-            for n in names:
-                if isinstance(arguments[n], list): arguments[n] = tuple(arguments[n])
-            try:
-                hash(tuple(arguments[n] for n in names))
-            except TypeError:
-                return eager(*args, **kwargs)
-            if (f := jitted.get(names)) is None: f = jitted[names] = jit(fn, static_argnames=names)
-            return f(**arguments)
-        return wrapper
-    return decorate
 
 
 def _u32(value: int) -> np.uint32:
@@ -317,7 +283,7 @@ def _random_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
 _shape = lax.canonical_shape
 
 
-@_sampler("num")
+@jitted_op("num")
 def split(key: Any, num: int | Shape = 2) -> Array:
     """Split a key into `num` new keys (a leading axis of length num, or a shape of keys).
 
@@ -336,7 +302,7 @@ def split(key: Any, num: int | Shape = 2) -> Array:
     return _typed_like(key, jnp.stack([hi, lo], axis=-1))
 
 
-@_sampler(convert={"data": lambda v: _u32(int(v)) if isinstance(v, int) else v})
+@jitted_op(convert={"data": lambda v: _u32(int(v)) if isinstance(v, int) else v})
 def fold_in(key: Any, data: Any) -> Array:
     """A new key from `key` and a 32-bit integer `data` (e.g. a step or device index).
 
@@ -352,7 +318,7 @@ def fold_in(key: Any, data: Any) -> Array:
     return _typed_like(key, jnp.stack([y0, y1]))
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def bits(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
     """Uniform random bits as unsigned integers of `dtype` (uint8/16/32/64; default uint32).
 
@@ -603,7 +569,7 @@ def _uniform(key: Array, shape: tuple[int, ...], dt: DType, minval: Any, maxval:
     return jnp.maximum(lo, _fma(floats, span, jnp.broadcast_to(lo, shape)))
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def uniform(key: Any, shape: Shape = (), dtype: Any = None, minval: Any = 0.0, maxval: Any = 1.0) -> Array:
     """Uniform floats in [minval, maxval).
 
@@ -632,7 +598,7 @@ def _normal(key: Array, shape: tuple[int, ...], dt: DType) -> Array:
     return lax.mul(np.array(math.sqrt(2), dt.np), _erf_inv(u))
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def normal(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
     """Standard normal samples, sqrt(2) * erfinv(u) for u uniform in (-1, 1).
 
@@ -652,7 +618,7 @@ def normal(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
     return _normal(_key_array(key, "normal"), _shape(shape, "normal"), dt)
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def truncated_normal(key: Any, lower: Any, upper: Any, shape: Shape | None = None, dtype: Any = None) -> Array:
     """Standard normal samples conditioned on lower < x < upper (inverse-CDF sampling).
 
@@ -680,7 +646,7 @@ def truncated_normal(key: Any, lower: Any, upper: Any, shape: Shape | None = Non
     return jnp.clip(out, _nextafter(lo, True), _nextafter(hi, False))
 
 
-@_sampler("shape")
+@jitted_op("shape")
 def bernoulli(key: Any, p: Any = 0.5, shape: Shape | None = None) -> Array:
     """Booleans that are True with probability `p` (uniform(key, shape, p.dtype) < p).
 
@@ -732,7 +698,7 @@ def _randint(key: Array, shape: tuple[int, ...], minval: Array, maxval: Array, d
     return lax.add(lo, lax.convert_element_type(lax.rem(offset, span), dt))
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def randint(key: Any, shape: Shape, minval: Any, maxval: Any, dtype: Any = None) -> Array:
     """Uniform integers in [minval, maxval).
 
@@ -777,7 +743,7 @@ def _gumbel(key: Array, shape: tuple[int, ...], dt: DType, mode: str) -> Array:
     return lax.neg(_log(lax.neg(_log(u))))
 
 
-@_sampler("shape", "dtype", "mode")
+@jitted_op("shape", "dtype", "mode")
 def gumbel(key: Any, shape: Shape = (), dtype: Any = None, mode: str = "low") -> Array:
     """Standard Gumbel samples, -log(-log(u)).
 
@@ -795,7 +761,7 @@ def gumbel(key: Any, shape: Shape = (), dtype: Any = None, mode: str = "low") ->
     return _gumbel(_key_array(key, "gumbel"), _shape(shape, "gumbel"), _float_dtype(dtype, "gumbel"), mode)
 
 
-@_sampler("axis", "shape", "replace")
+@jitted_op("axis", "shape", "replace")
 def categorical(key: Any, logits: Any, axis: int = -1, shape: Shape | None = None, replace: bool = True,
                 mode: str = "low") -> Array:
     """Samples from categorical distributions given unnormalized log-probabilities (the Gumbel-max trick).
@@ -946,7 +912,7 @@ def _shuffle(key: Array, x: Array, axis: int) -> Array:
     return x
 
 
-@_sampler("axis", "independent", static_ints=("x",))
+@jitted_op("axis", "independent", static_ints=("x",))
 def permutation(key: Any, x: int | Any, axis: int = 0, independent: bool = False) -> Array:
     """A random permutation of `x` along `axis` (or of arange(x) for an integer x).
 
@@ -973,7 +939,7 @@ def permutation(key: Any, x: int | Any, axis: int = 0, independent: bool = False
     return jnp.take(arr, _shuffle(k, jnp.arange(arr.shape[axis]), 0), axis=axis)
 
 
-@_sampler("shape", "replace", "axis", static_ints=("a",))
+@jitted_op("shape", "replace", "axis", static_ints=("a",))
 def choice(key: Any, a: int | Any, shape: Shape = (), replace: bool = True, p: Any = None, axis: int = 0) -> Array:
     """A random sample from the elements of `a` (or arange(a)) along `axis`.
 
@@ -1094,7 +1060,7 @@ def _exponential(key: Array, shape: tuple[int, ...], dt: DType) -> Array:
     return lax.neg(_log1p(lax.neg(_uniform(key, shape, dt, 0.0, 1.0))))  # log of 1 - u in (0, 1]
 
 
-@_sampler("shape", "dtype")
+@jitted_op("shape", "dtype")
 def exponential(key: Any, shape: Shape = (), dtype: Any = None) -> Array:
     """Standard exponential samples, -log(1 - u).
 

@@ -252,3 +252,27 @@ def test_eigh_float64_degenerate_uplo_and_grad():
     _close(fnx.grad(loss(jnp))(b), jax.grad(loss(J))(b), 1e-3)
     _close(fnx.vmap(jnp.linalg.eigvalsh)(np.stack([b, 2 * b])), np.stack([np.linalg.eigvalsh(b),
                                                                           np.linalg.eigvalsh(2 * b)]), 1e-4)
+
+
+def test_eager_factorizations_trace_once_per_signature():
+    """fnx.numpy.linalg's functions run as jitted functions, as JAX's do: a second eager call on arrays of the same
+    shapes traces and compiles nothing. Run eagerly, each call traced again, and its fori loops got new bodies that
+    were lowered and compiled again (inv of an 8x8 matrix: 211 ms a call)."""
+    from fnx import events
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 6)).astype(np.float32)
+    spd = a @ a.T + 6 * np.eye(6, dtype=np.float32)
+    calls = [(jnp.linalg.inv, np.linalg.inv), (lambda m: jnp.linalg.eigh(m)[0], lambda m: np.linalg.eigh(m)[0]),
+             (jnp.linalg.cholesky, np.linalg.cholesky),
+             (lambda m: jnp.linalg.svd(m, compute_uv=False), lambda m: np.linalg.svd(m, compute_uv=False))]
+    for ours, _ in calls: ours(jnp.asarray(spd))
+    traces = []
+    stop = events.listen(lambda e: traces.append(e.name) if e.cat in ("trace", "lower") else None)
+    try:
+        other = spd + np.float32(1)
+        results = [ours(jnp.asarray(other)) for ours, _ in calls]
+    finally:
+        stop()
+    assert traces == []
+    for got, (_, want) in zip(results, calls):
+        np.testing.assert_allclose(np.asarray(got), want(other.astype(np.float64)), rtol=2e-4, atol=2e-4)

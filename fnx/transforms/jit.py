@@ -656,6 +656,56 @@ def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings:
                   as_tuple(donate_argnames), where, in_shardings, out_shardings)
 
 
+def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, Callable] | None = None,
+              automatic: bool = False) -> Callable:
+    """Decorator for library functions that JAX jits (fnx.random's samplers, fnx.numpy.linalg): outside a trace,
+    a call runs `jit` of the function, so a second call with arrays of the same shapes traces and compiles
+    nothing; inside a trace, or under fnx.disable_jit, it is traced or run op by op as an eager_op.
+
+    Static arguments: those named in `static` (and those in `static_ints` when they are ints), or, `automatic`,
+    every argument that is not an array (flags, axes, orders, strings, Python scalars). A list in a static
+    place is taken as a tuple; a static value that cannot be hashed (a shape given as an array, a list of arrays)
+    runs the call eagerly, and so does an array argument given as a list. `convert` maps an argument's name to
+    what makes it a jit argument of the right dtype (fold_in's Python int data, which wraps to uint32).
+
+    Run eagerly, every call traced its whole graph again, and a graph holding a loop (the factorizations' fori
+    loops) got a new loop body each time, so it was lowered and compiled again: `jnp.linalg.inv` of an 8x8
+    matrix took 211 ms a call, `random.normal(key, (1000,))` 17 ms."""
+    def decorate(fn: Callable) -> Callable:
+        from fnx.trace import eager_op
+        eager = eager_op(fn)
+        signature = inspect.signature(fn)
+        jitted: dict[tuple[str, ...], Jitted] = {}
+        arrays = (Array, np.ndarray, np.generic)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if state.depth or jit_state.disabled: return eager(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            values = bound.arguments
+            for name, f in (convert or {}).items():
+                if name in values: values[name] = f(values[name])
+            if not automatic:
+                names = tuple(n for n in static if n in values) + tuple(
+                    n for n in static_ints if isinstance(values.get(n), (int, np.integer))
+                    and not isinstance(values[n], bool))
+            else:
+                names = tuple(n for n, v in values.items() if not isinstance(v, arrays) and not (
+                    isinstance(v, (list, tuple)) and any(isinstance(e, arrays) for e in v)))
+            for n in names:
+                if isinstance(values[n], list): values[n] = tuple(values[n])
+            if any(isinstance(v, list) for n, v in values.items() if n not in names):
+                return eager(*args, **kwargs)  # (an array given as a list: converted where the function wants it)
+            try:
+                hash(tuple(values[n] for n in names))
+            except TypeError:
+                return eager(*args, **kwargs)
+            if (f := jitted.get(names)) is None: f = jitted[names] = jit(fn, static_argnames=names)
+            return f(*bound.args, **bound.kwargs)
+        return wrapper
+    return decorate
+
+
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
     """`make_graph(f)(*args)` returns the traced FUNCTION of f (printable), like jax.make_jaxpr."""
     jitted = jit(fun, static_argnums=static_argnums)
