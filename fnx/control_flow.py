@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fnx import dtypes, tree_util
+from fnx.backends.device import LRUCache
 from fnx.errors import at_user_line
 from fnx.rewrite import substitute
 from fnx.trace import (Array, _realize_tree, building, fresh_tag, imag_part, make_complex, real_part, state, to_array,
@@ -26,6 +27,30 @@ from fnx.trace import (Array, _realize_tree, building, fresh_tag, imag_part, mak
 from fnx.uop import ControlArg, IotaArg, Ops, ParamArg, ScanArg, UOp
 
 _FREE_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE)
+
+
+_UNTAGGED = -1  # the tag a control node's key is built with (fresh_tag never gives it)
+_canonical_tags = LRUCache(4096)  # a control node of that tag -> the tag every node of its content gets
+
+
+def _canonical(node: UOp) -> UOp:
+    """`node` (COND, WHILE or SCAN, just built with a fresh tag) with the tag every node of the same content gets:
+    tracing the same loop again then builds the same graph, so an eager op holding one (a factorization's fori
+    loop, gcd's) finds its compiled program instead of lowering and compiling the loop again (64 ms a call for
+    gcd of 64 ints). Nodes of equal content are then one node (hash-consing), as a checkpointed body shared by
+    several calls is already."""
+    tag = node.arg.tag
+    n_bodies = len(node.src) - len(node.operands)
+    bodies = node.src[:n_bodies]
+    params = {u for b in bodies for u in b.toposort if u.op is Ops.PARAM and u.arg.tag == (tag,)}
+
+    def retagged(new: int) -> UOp:
+        mapping = {q: UOp(Ops.PARAM, q.dtype, (), q.arg._replace(tag=(new,))) for q in params}
+        return UOp(node.op, node.dtype, tuple(substitute(b, mapping) for b in bodies) + node.src[n_bodies:],
+                   node.arg._replace(tag=new))
+    key = retagged(_UNTAGGED)
+    if (canonical := _canonical_tags.get(key)) is None: canonical = _canonical_tags.put(key, tag)
+    return node if canonical == tag else retagged(canonical)
 
 
 def close_body(outs: list[UOp], params: list[UOp], tag: tuple) -> tuple[UOp, list[UOp]]:
@@ -158,8 +183,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
         t_body, t_free = close_body(t_outs, t_params, (tag,))
         # the false branch's closed-over values come after the true branch's
         f_body, f_free = close_body(f_outs, params_after(t_params, t_free, tag), (tag,))
-        node = UOp(Ops.COND, dtypes.bool_, (t_body, f_body, p.uop, *[a.uop for a in args], *t_free, *f_free),
-                   ControlArg(tag))
+        node = _canonical(UOp(Ops.COND, dtypes.bool_, (t_body, f_body, p.uop, *[a.uop for a in args], *t_free,
+                                                       *f_free), ControlArg(tag)))
         outs = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
                 for i, (o, w) in enumerate(zip(t_outs, t_traced.out_weak))]
         return _finish(tree_util.tree_unflatten(t_traced.out_tree, outs))
@@ -184,7 +209,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         extra = free + c_free  # closed-over values ride along as carries that the body passes through unchanged
         if extra:
             body = UOp(Ops.TUPLE, dtypes.bool_, body.src + tuple(params_after(params, extra, tag)[len(params):]))
-        node = UOp(Ops.WHILE, dtypes.bool_, (body, cond_body, *[a.uop for a in args], *extra), ControlArg(tag))
+        node = _canonical(UOp(Ops.WHILE, dtypes.bool_, (body, cond_body, *[a.uop for a in args], *extra),
+                              ControlArg(tag)))
         outs = [Array(UOp(Ops.GETTUPLE, a.uop.dtype, (node,), i), a.weak_type) for i, a in enumerate(args)]
         return _finish(tree_util.tree_unflatten(in_tree, outs))
 
@@ -219,8 +245,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
         _check_same_types("scan", "the carry output", outs[:nc], "the carry input", [a.uop for a in carry],
                           children[0], c_tree)
         body, free = close_body(outs, params, (tag,))
-        node = UOp(Ops.SCAN, dtypes.bool_, (body, *[a.uop for a in carry], *[a.uop for a in x_arrays], *free),
-                   ScanArg(tag, nc, n, bool(reverse), len(x_arrays)))
+        node = _canonical(UOp(Ops.SCAN, dtypes.bool_, (body, *[a.uop for a in carry], *[a.uop for a in x_arrays],
+                                                       *free), ScanArg(tag, nc, n, bool(reverse), len(x_arrays))))
         results = [Array(UOp(Ops.GETTUPLE, o.dtype, (node,), i), w)
                    for i, (o, w) in enumerate(zip(outs, traced.out_weak))]
         final = tree_util.tree_unflatten(children[0], results[:nc])

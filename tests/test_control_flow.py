@@ -2,6 +2,7 @@
 ifs over numpy (and jax.lax where installed), eagerly, under jit and on every backend; grad and jvp against finite
 differences, hand-derived gradients and Python-unrolled versions; vmap against the per-example loop; the errors
 the constructors raise; and a long scan that stays one node in the graph."""
+import functools
 import os
 import subprocess
 import sys
@@ -626,3 +627,23 @@ def test_grad_of_the_first_scan_in_a_fresh_process():
     assert out.returncode == 0, out.stderr
     tangent, gradient = map(float, out.stdout.split())
     assert (tangent, gradient) == pytest.approx((0.75, 0.75))  # d(w^3)/dw at 0.5
+
+
+def test_tracing_the_same_loop_again_builds_the_same_graph():
+    """A control node's tag is the one every node of its content gets, so tracing the same loop again (a new
+    function object, the same content) builds the same graph, and an eager op holding a loop (gcd's, a
+    factorization's) finds its compiled loop instead of lowering and compiling it again (gcd of 64 ints: 64 ms a
+    call); loops of other content keep their own tags, and one loop body on two operands gives each its result."""
+    x, y = np.arange(1, 9, dtype=np.int32), np.arange(20, 28, dtype=np.int32)
+    graph = lambda k: fnx.make_graph(lambda p: lax.fori_loop(0, 5, lambda i, v: v * k + i, p))(x).fn  # noqa: E731
+    assert graph(2) is graph(2)
+    assert graph(2) is not graph(3)
+    body = lambda i, v: v * 2 + i  # noqa: E731
+    want = lambda v, k: functools.reduce(lambda acc, i: acc * k + i, range(5), v)  # noqa: E731
+    both = fnx.jit(lambda p, q: (lax.fori_loop(0, 5, body, p), lax.fori_loop(0, 5, lambda i, v: v * 2 + i, q),
+                                 lax.fori_loop(0, 5, lambda i, v: v * 3 + i, p)))(x, y)
+    for got, expected in zip(both, (want(x, 2), want(y, 2), want(x, 3))):
+        np.testing.assert_array_equal(np.asarray(got), expected)
+    a, b = np.arange(1, 65, dtype=np.int32), np.arange(3, 67, dtype=np.int32)
+    np.testing.assert_array_equal(np.asarray(jnp.gcd(a, b)), np.gcd(a, b))
+    np.testing.assert_array_equal(np.asarray(jnp.gcd(b, a[::-1])), np.gcd(b, a[::-1]))

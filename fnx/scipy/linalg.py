@@ -18,13 +18,14 @@ from fnx import numpy_linalg
 from fnx.errors import ShapeError, at_user_line
 from fnx.numpy_linalg import _square, _triangular_solve, det, householder, inv, lu_factor as _lu
 from fnx.trace import Array, eager_op, refuse_complex
+from fnx.transforms.jit import jitted_op
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion", "det", "eigh", "expm",
            "fiedler", "hadamard", "hankel", "helmert", "hessenberg", "hilbert", "inv", "leslie", "lu", "lu_factor",
            "lu_solve", "pascal", "polar", "qr", "solve", "solve_triangular", "svd", "toeplitz"]
 
 
-@eager_op
+@jitted_op(automatic=True)
 def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool = False, unit_diagonal: bool = False,
                      overwrite_b: bool = False, debug: Any = None, check_finite: bool = True) -> Array:
     """x with op(a) x = b for triangular a (only its `lower` or upper triangle is read); op is a (trans 0 / 'N') or
@@ -42,7 +43,7 @@ def solve_triangular(a: Any, b: Any, trans: int | str = 0, lower: bool = False, 
     return x[..., 0] if vector else x
 
 
-@eager_op
+@jitted_op(automatic=True)
 def cholesky(a: Any, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> Array:
     """The Cholesky factor: upper U with a = U^T U (scipy's default), or lower L with a = L L^T."""
     return numpy_linalg.cholesky(a, upper=not lower)
@@ -53,10 +54,14 @@ def cho_factor(a: Any, lower: bool = False, overwrite_a: bool = False, check_fin
     return cholesky(a, lower=lower), lower
 
 
-@eager_op
 def cho_solve(c_and_lower: tuple, b: Any, overwrite_b: bool = False, check_finite: bool = True) -> Array:
     """x with a x = b from cho_factor(a)'s (c, lower)."""
     c, lower = c_and_lower
+    return _cho_solve(c, b, bool(lower))
+
+
+@jitted_op(automatic=True)
+def _cho_solve(c: Any, b: Any, lower: bool) -> Array:
     if lower:
         y = solve_triangular(c, b, lower=True)
         return solve_triangular(c, y, trans=1, lower=True)
@@ -64,13 +69,14 @@ def cho_solve(c_and_lower: tuple, b: Any, overwrite_b: bool = False, check_finit
     return solve_triangular(c, y, lower=False)
 
 
+@jitted_op(automatic=True)
 def lu_factor(a: Any, overwrite_a: bool = False, check_finite: bool = True) -> tuple[Array, Array]:
     """(lu, piv): L (unit diagonal) and U packed, and LAPACK's row interchanges (row i swapped with piv[i])."""
     factors = _lu(a)
     return factors.lu, factors.pivots
 
 
-@eager_op
+@jitted_op(automatic=True)
 def lu_solve(lu_and_piv: tuple, b: Any, trans: int = 0, overwrite_b: bool = False,
              check_finite: bool = True) -> Array:
     """x with a x = b (trans 0) or a^T x = b (trans 1) from lu_factor(a)."""
@@ -96,7 +102,7 @@ def lu_solve(lu_and_piv: tuple, b: Any, trans: int = 0, overwrite_b: bool = Fals
     return x[..., 0] if b.ndim == 1 else x
 
 
-@eager_op
+@jitted_op(automatic=True)
 def lu(a: Any, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> Any:
     """(p, l, u) with a = p @ l @ u: p a permutation matrix, l unit lower-triangular, u upper-triangular; with
     `permute_l`, (p @ l, u)."""
@@ -109,7 +115,7 @@ def lu(a: Any, permute_l: bool = False, overwrite_a: bool = False, check_finite:
     return (jnp.matmul(p, l_), u) if permute_l else (p, l_, u)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def solve(a: Any, b: Any, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
           check_finite: bool = True, assume_a: str = "gen") -> Array:
     """x with a x = b; assume_a 'pos' solves by Cholesky, anything else by LU."""
@@ -119,7 +125,7 @@ def solve(a: Any, b: Any, lower: bool = False, overwrite_a: bool = False, overwr
 
 # ---- decompositions with scipy's signatures ----
 
-@eager_op
+@jitted_op(automatic=True)
 def eigh(a: Any, b: Any = None, lower: bool = True, eigvals_only: bool = False, overwrite_a: bool = False,
          overwrite_b: bool = False, turbo: bool = True, eigvals: Any = None, type: int = 1,  # noqa: A002
          check_finite: bool = True) -> Any:
@@ -131,7 +137,7 @@ def eigh(a: Any, b: Any = None, lower: bool = True, eigvals_only: bool = False, 
     return w if eigvals_only else (w, v)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, overwrite_a: bool = False,
         check_finite: bool = True, lapack_driver: str = "gesdd") -> Any:
     """Singular value decomposition a = u @ diag(s) @ vh: (u, s, vh), or s without compute_uv."""
@@ -139,7 +145,7 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, overwrite_a
     return tuple(out) if compute_uv else out
 
 
-@eager_op
+@jitted_op(automatic=True)
 def qr(a: Any, overwrite_a: bool = False, lwork: Any = None, mode: str = "full", pivoting: bool = False,
        check_finite: bool = True) -> Any:
     """a = q @ r, with scipy's modes: 'full' (q square), 'economic' (q with a's columns), 'r' (a tuple (r,) of the
@@ -156,7 +162,7 @@ def qr(a: Any, overwrite_a: bool = False, lwork: Any = None, mode: str = "full",
     return tuple(numpy_linalg.qr(a, mode="complete" if mode == "full" else "reduced"))
 
 
-@eager_op
+@jitted_op(automatic=True)
 def polar(a: Any, side: str = "right", *, method: str = "qdwh", eps: Any = None, max_iterations: Any = None) -> tuple:
     """The polar decomposition a = u @ p (side 'right') or p @ u ('left'), u with orthonormal columns, p symmetric
     positive semi-definite; computed from the SVD for every `method` (JAX's default iterates QDWH: the same result
@@ -178,7 +184,7 @@ _PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353
 _THETA13 = 5.371920351148152  # the 1-norm up to which Pade 13 is accurate to float64's rounding without squaring
 
 
-@eager_op
+@jitted_op(automatic=True)
 def expm(A: Any, *, upper_triangular: bool = False, max_squarings: int = 16) -> Array:  # noqa: N803 (scipy's name)
     """The matrix exponential by scaling and squaring with a Pade 13 approximant (Higham 2005): A / 2^s with
     s = ceil(log2(|A|_1 / theta13)) (at most `max_squarings`), then squared s times. Works under jit (the squarings
@@ -350,7 +356,7 @@ def __getattr__(name: str):
     raise missing("fnx.scipy.linalg", name)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def hessenberg(a: Any, calc_q: bool = False, overwrite_a: bool = False, check_finite: bool = True) -> Any:
     """jax.scipy.linalg.hessenberg: H = Q^T a Q, zero below its first subdiagonal, by Householder reflections
     with LAPACK's signs (dgehrd's), so H matches scipy's; `(H, Q)` with `calc_q`. Composed of fnx operations:
