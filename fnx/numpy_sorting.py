@@ -18,6 +18,7 @@ from fnx import numpy as jnp
 from fnx.errors import ConcretizationError, at_user_line
 from fnx.lax_sort import argsort_keys, order_keys
 from fnx.trace import Array, cast, eager_op
+from fnx.transforms.jit import jitted_op
 
 __all__ = ["argpartition", "argsort", "intersect1d", "isin", "lexsort", "median", "nanmedian", "nanpercentile",
            "nanquantile", "partition", "percentile", "quantile", "searchsorted", "setdiff1d", "setxor1d", "sort",
@@ -32,7 +33,7 @@ def _along(a: Any, axis: Any) -> tuple[Array, int]:
     return a, int(axis) % a.ndim
 
 
-@eager_op
+@jitted_op(automatic=True)
 def argsort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = None, stable: bool = True,
             descending: bool = False) -> Array:
     """The int32 indices that sort `a` along `axis` (None: flattened); stable, also when `descending` (equal
@@ -46,7 +47,7 @@ def _keys(a: Array) -> list[Array]:
     return [jnp.real(a), jnp.imag(a)] if a.uop.dtype.is_complex else [a]
 
 
-@eager_op
+@jitted_op(automatic=True)
 def sort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = None, stable: bool = True,
          descending: bool = False) -> Array:
     """`a` sorted along `axis` (None: flattened); `descending` reverses the ascending sort."""
@@ -55,7 +56,7 @@ def sort(a: Any, axis: int | None = -1, *, kind: Any = None, order: Any = None, 
     return lax.rev(ordered, (axis,)) if descending else ordered  # (as JAX: equal elements reversed too)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def lexsort(keys: Any, axis: int = -1) -> Array:
     """The indices that sort by several keys, the LAST key primary (numpy's convention)."""
     keys = [jnp.asarray(k) for k in keys]
@@ -65,7 +66,7 @@ def lexsort(keys: Any, axis: int = -1) -> Array:
     return cast(argsort_keys(keys[::-1], int(axis) % keys[0].ndim), dtypes.default_int())
 
 
-@eager_op
+@jitted_op(automatic=True)
 def partition(a: Any, kth: int, axis: int = -1) -> Array:
     """`a` with the kth+1 smallest elements first, ascending, then the others from the largest down (JAX's layout
     of a partition; equal elements in their original order)."""
@@ -73,7 +74,7 @@ def partition(a: Any, kth: int, axis: int = -1) -> Array:
     return jnp.take_along_axis(a, _partition_order(a, kth, axis, rest_descending=True), axis)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def argpartition(a: Any, kth: int, axis: int = -1) -> Array:
     """Indices that partition `a`: those of the kth+1 smallest elements, ascending, then the others' in index
     order (JAX's layout)."""
@@ -103,7 +104,7 @@ def _scatter_along(target: Array, index: Array, values: Array, axis: int) -> Arr
     return jnp.moveaxis(out.reshape(moved_t.shape), -1, axis)
 
 
-@eager_op
+@jitted_op(automatic=True)
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, method: str = "scan") -> Array:
     """Indices where the elements of `v` would be inserted into the sorted 1-d `a` to keep it sorted (int32;
     'left': before equal elements, 'right': after). NaN sorts last, as in sort."""
@@ -243,7 +244,7 @@ def _quantile(a: Any, q: Any, axis: Any, method: str, keepdims: bool, ignore_nan
     return out
 
 
-@eager_op
+@jitted_op(automatic=True)
 def quantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input: bool = False,
              method: str = "linear", keepdims: bool = False) -> Array:
     """The q-th quantiles (q in [0, 1]) of `a` over `axis` (None: all); q's axes come first in the result. A
@@ -251,7 +252,7 @@ def quantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input
     return _quantile(a, q, axis, method, keepdims, False, "quantile")
 
 
-@eager_op
+@jitted_op(automatic=True)
 def nanquantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input: bool = False,
                 method: str = "linear", keepdims: bool = False) -> Array:
     """quantile ignoring NaNs (an all-NaN slice gives NaN)."""

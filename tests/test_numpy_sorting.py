@@ -203,3 +203,24 @@ def test_quantiles_at_infinities_and_signed_zeros():
             assert float(jnp.quantile(np.array(values, np.float32), q, method=method)) == want
     jitted = fnx.jit(lambda a: jnp.median(a, axis=1))(np.array([[np.inf, np.inf], [1.0, 3.0]], np.float32))
     np.testing.assert_array_equal(np.asarray(jitted), [np.inf, 2.0])
+
+
+def test_eager_sorts_and_quantiles_trace_once_per_signature():
+    """sort, argsort and the quantiles run as jitted functions (as JAX's lax.sort is one primitive): a second eager
+    call on arrays of the same shape traces and lowers nothing (the network's graph was built again each call:
+    percentile of 1,024 values took 9 ms a call)."""
+    from fnx import events
+    rng = np.random.default_rng(7)
+    calls = [(jnp.sort, np.sort), (jnp.argsort, lambda v: np.argsort(v, kind="stable")), (jnp.median, np.median),
+             (lambda v: jnp.percentile(v, 30.0), lambda v: np.percentile(v, 30.0))]
+    for ours, _ in calls: ours(jnp.asarray(rng.standard_normal((16, 64)).astype(np.float32)))
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    seen = []
+    stop = events.listen(lambda e: seen.append(e.name) if e.cat in ("trace", "lower") else None)
+    try:
+        results = [ours(jnp.asarray(x)) for ours, _ in calls]
+    finally:
+        stop()
+    assert seen == []
+    for got, (_, want) in zip(results, calls):
+        np.testing.assert_allclose(np.asarray(got), want(x), rtol=1e-6)
