@@ -244,7 +244,7 @@ def _quantile(a: Any, q: Any, axis: Any, method: str, keepdims: bool, ignore_nan
     return out
 
 
-@jitted_op(automatic=True)
+@jitted_op("axis", "out", "overwrite_input", "method", "keepdims")  # (q: an argument)
 def quantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input: bool = False,
              method: str = "linear", keepdims: bool = False) -> Array:
     """The q-th quantiles (q in [0, 1]) of `a` over `axis` (None: all); q's axes come first in the result. A
@@ -252,7 +252,7 @@ def quantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input
     return _quantile(a, q, axis, method, keepdims, False, "quantile")
 
 
-@jitted_op(automatic=True)
+@jitted_op("axis", "out", "overwrite_input", "method", "keepdims")  # (q: an argument)
 def nanquantile(a: Any, q: Any, axis: Any = None, out: None = None, overwrite_input: bool = False,
                 method: str = "linear", keepdims: bool = False) -> Array:
     """quantile ignoring NaNs (an all-NaN slice gives NaN)."""

@@ -515,8 +515,11 @@ class Renderer:
             a = self.emit(f"select {i1} {above}, {st} {self.c(0.0, reg)}, {st} {a}")
             out = self.emit(f"{'fptoui' if d.is_unsigned else 'fptosi'} {st} {a} to {t}")
             return self.emit(f"select {i1} {above}, {t} {self.c(int(top) - 1, d)}, {t} {out}")
+        if d.is_float and src.is_bool:  # a select, not uitofp of i1 vectors: LLVM's X86 backend asserted (AVX2) on
+            reg = dtypes.float32 if is_half(d) else d  # uitofp <4 x i1> of a compare of truncated i64 lanes
+            return self.emit(f"select {i1} {a}, {t} {self.c(1.0, reg)}, {t} {self.c(0.0, reg)}")
         if d.is_float:
-            kind = "uitofp" if src.is_unsigned or src.is_bool else "sitofp"
+            kind = "uitofp" if src.is_unsigned else "sitofp"
             if is_half(d) and src.itemsize == 4:  # exactly through double: float could round twice
                 return self.round_to(self.odd_float(self.emit(f"{kind} {st} {a} to {self.vt('double')}")), d)
             out = self.emit(f"{kind} {st} {a} to {t}")

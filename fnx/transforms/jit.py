@@ -656,6 +656,13 @@ def jit(fun: Callable | None = None, *, in_shardings: Any = None, out_shardings:
                   as_tuple(donate_argnames), where, in_shardings, out_shardings)
 
 
+def _plain(v: Any) -> bool:
+    """Whether `v` is a value a jitted library function may take as static: None, a Python scalar, a string, a
+    dtype, or a tuple of them (not an object of another library, which would be compiled in by identity)."""
+    if isinstance(v, tuple): return all(_plain(e) for e in v)
+    return v is None or isinstance(v, (bool, int, float, complex, str, np.dtype, type, dtypes.DType))
+
+
 def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, Callable] | None = None,
               automatic: bool = False) -> Callable:
     """Decorator for library functions that JAX jits (fnx.random's samplers, fnx.numpy.linalg): outside a trace,
@@ -663,7 +670,8 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
     nothing; inside a trace, or under fnx.disable_jit, it is traced or run op by op as an eager_op.
 
     Static arguments: those named in `static` (and those in `static_ints` when they are ints), or, `automatic`,
-    every argument that is not an array (flags, axes, orders, strings, Python scalars). A list in a static
+    every argument that is not an array (flags, axes, orders, strings, Python scalars; any other object runs the
+    call eagerly). A list in a static
     place is taken as a tuple; a static value that cannot be hashed (a shape given as an array, a list of arrays)
     runs the call eagerly, and so does an array argument given as a list. `convert` maps an argument's name to
     what makes it a jit argument of the right dtype (fold_in's Python int data, which wraps to uint32).
@@ -694,6 +702,7 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
                     isinstance(v, (list, tuple)) and any(isinstance(e, arrays) for e in v)))
             for n in names:
                 if isinstance(values[n], list): values[n] = tuple(values[n])
+                if automatic and not _plain(values[n]): return eager(*args, **kwargs)  # (an object of another kind)
             if any(isinstance(v, list) for n, v in values.items() if n not in names):
                 return eager(*args, **kwargs)  # (an array given as a list: converted where the function wants it)
             try:
