@@ -104,7 +104,7 @@ def _scatter_along(target: Array, index: Array, values: Array, axis: int) -> Arr
     return jnp.moveaxis(out.reshape(moved_t.shape), -1, axis)
 
 
-@jitted_op(automatic=True)
+@jitted_op("side", "method")  # (v: an argument, a scalar query too)
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None, *, method: str = "scan") -> Array:
     """Indices where the elements of `v` would be inserted into the sorted 1-d `a` to keep it sorted (int32;
     'left': before equal elements, 'right': after). NaN sorts last, as in sort."""
