@@ -836,22 +836,33 @@ def _last_axis_argsort(keys: Array) -> Array:
     size = 1 << max(n - 1, 0).bit_length()
     if not moved.uop.dtype.is_float and moved.uop.dtype.itemsize <= 4 and size <= 2 ** 31:
         return _packed_argsort(moved, n, size)  # (float keys compare as floats: -0.0 equal to +0.0)
-    batch = moved.shape[:-1]
     index = lax.broadcasted_iota(dtypes.int32, moved.shape, moved.ndim - 1)
     if size != n:
-        pad = [(0, 0, 0)] * len(batch) + [(0, size - n, 0)]
         top = np.array(np.iinfo(keys.dtype).max if moved.uop.dtype.is_int else np.inf, keys.dtype)
-        moved = lax.pad(moved, top, pad)
-        index = lax.pad(index, np.int32(size), pad)  # padding sorts after every real pair: larger index
+        moved = _pad_last(moved, top, size)
+        index = _pad_last(index, np.int32(size), size)  # padding sorts after every real pair: larger index
         index = jnp.where(lax.broadcasted_iota(dtypes.int32, index.shape, index.ndim - 1) < n, index, np.int32(size))
+    _, index = _network((moved, index), size, lambda pair, *stage: _compare_exchange(*pair, *stage))
+    return lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index
+
+
+def _pad_last(x: Array, value: Any, size: int) -> Array:
+    """`x` padded with `value` at the end of its last axis to `size`."""
+    return lax.pad(x, value, [(0, 0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1], 0)])
+
+
+def _network(carry: Any, size: int, exchange) -> Any:
+    """The bitonic network's stages over the last axis (of length `size`, a power of two) run on `carry`:
+    `exchange(carry, position, width, half)` is one stage. One compiled stage run by a scan over the stages'
+    (width, half): a network of 66 stages was 66 kernels to build and compile."""
     stages = [(width, half) for width in (1 << b for b in range(1, size.bit_length()))
               for half in (width >> j for j in range(1, width.bit_length()))]
-    if stages:  # one compiled stage run by a loop: a network of 66 stages was 66 kernels to build and compile
-        widths, halves = (jnp.asarray(np.array(column, np.int32)) for column in zip(*stages))
-        position = lax.broadcasted_iota(dtypes.int32, moved.shape, moved.ndim - 1)
-        (moved, index), _ = lax.scan(lambda carry, stage: (_compare_exchange(*carry, position, *stage), None),
-                                     (moved, index), (widths, halves))
-    return lax.slice_in_dim(index, 0, n, axis=-1) if size != n else index
+    if not stages: return carry
+    widths, halves = (jnp.asarray(np.array(column, np.int32)) for column in zip(*stages))
+    leaf = tree_util.tree_leaves(carry)[0]
+    position = lax.broadcasted_iota(dtypes.int32, leaf.shape, leaf.ndim - 1)
+    carry, _ = lax.scan(lambda c, stage: (exchange(c, position, *stage), None), carry, (widths, halves))
+    return carry
 
 
 def _packed_argsort(keys: Array, n: int, size: int) -> Array:
@@ -868,22 +879,14 @@ def _packed_argsort(keys: Array, n: int, size: int) -> Array:
     index = lax.broadcasted_iota(dtypes.int64, keys.shape, keys.ndim - 1)
     packed = lax.bitwise_or(lax.shift_left(lax.convert_element_type(key32, dtypes.int64),
                                            lax.full((), 32, dtypes.int64)), index)
-    if size != n:
-        pad = [(0, 0, 0)] * (keys.ndim - 1) + [(0, size - n, 0)]
-        packed = lax.pad(packed, lax.full((), np.iinfo(np.int64).max, dtypes.int64), pad)
-    stages = [(width, half) for width in (1 << b for b in range(1, size.bit_length()))
-              for half in (width >> j for j in range(1, width.bit_length()))]
-    if stages:
-        widths, halves = (jnp.asarray(np.array(column, np.int32)) for column in zip(*stages))
-        position = lax.broadcasted_iota(dtypes.int32, packed.shape, packed.ndim - 1)
+    if size != n: packed = _pad_last(packed, lax.full((), np.iinfo(np.int64).max, dtypes.int64), size)
 
-        def stage(v: Array, width_half: tuple[Array, Array]) -> tuple[Array, None]:
-            width, half = width_half
-            partner = jnp.bitwise_xor(position, half)
-            other = jnp.take_along_axis(v, partner, -1)
-            keep_smaller = jnp.equal(jnp.less(position, partner), jnp.equal(jnp.bitwise_and(position, width), 0))
-            return jnp.where(keep_smaller, lax.min(v, other), lax.max(v, other)), None
-        packed, _ = lax.scan(stage, packed, (widths, halves))
+    def stage(v: Array, position: Array, width: Array, half: Array) -> Array:
+        partner = jnp.bitwise_xor(position, half)
+        other = jnp.take_along_axis(v, partner, -1)
+        keep_smaller = jnp.equal(jnp.less(position, partner), jnp.equal(jnp.bitwise_and(position, width), 0))
+        return jnp.where(keep_smaller, lax.min(v, other), lax.max(v, other))
+    packed = _network(packed, size, stage)
     if size != n: packed = lax.slice_in_dim(packed, 0, n, axis=-1)
     return lax.convert_element_type(lax.bitwise_and(packed, lax.full((), 0xFFFFFFFF, dtypes.int64)), dtypes.int32)
 
