@@ -38,6 +38,10 @@ except ImportError:  # JAX is an optional comparison, never a dependency
 
 
 SETTLE_S = 0.3  # idle time before each measurement: OpenBLAS's workers spin ~0.1 s after numpy's last matmul
+WARM_S = 0.15  # then calls, untimed, for this long: after an idle spell the cores run slow for tens of ms (a 2-core
+               # Zen 4 VM: numpy's 16M-element multiply 4.6 ms on the first call after 1 s idle, 2.5 ms from the
+               # tenth; fnx's W10 3-6 ms on the first calls, 2.0 ms from the fifteenth), which a best of 7 short
+               # calls straight after the idle spell did not get past
 
 
 def best(fn, repeat: int = 7, number: int = 1) -> float:
@@ -45,9 +49,12 @@ def best(fn, repeat: int = 7, number: int = 1) -> float:
 
     It first idles SETTLE_S, so that the last library timed leaves no worker threads spinning on the cores: right
     after numpy's 1024² matmul (its own check of the result), fnx's took 9.4-17 ms against 5.3 ms after a sleep,
-    while fnx's and JAX's workers slept at once."""
+    while fnx's and JAX's workers slept at once. Then it calls fn (the first call compiles) and goes on calling it
+    for WARM_S before timing, the same for every library, so that each is timed in its steady state."""
     time.sleep(SETTLE_S)
     fn()
+    warm_until = time.perf_counter() + WARM_S
+    while time.perf_counter() < warm_until: fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
