@@ -57,6 +57,18 @@ def linearize(kernel: Kernel) -> Linear:
     lanes = set(kernel.lanes) | set(kernel.locals)  # (not loops: open everywhere)
     lines: Linear = []
     emitted: set[UOp] = set()
+    # output-loop reductions (fnx/lower/row_sums.py): REDUCEs over the kernel's own innermost output loops, updated
+    # in their body beside the stores and finished as they close; what reads one waits until then
+    outer_of = {}
+    for u in order:
+        if u.op is not Ops.REDUCE or not (loops := [r for r in u.src[1:] if r in kernel.ranges]): continue
+        first = kernel.ranges.index(loops[0])
+        assert set(loops) == set(kernel.ranges[first:]) and not set(u.src[1:]) - set(loops) - lanes, \
+            f"linearize: a reduction over output loops must span the innermost ones ({kernel.name})"
+        outer_of[u] = kernel.ranges[first]
+    waiting = set(outer_of)
+    for u in order:
+        if u not in waiting and any(s in waiting for s in u.src): waiting.add(u)
 
     def emit_level(chain: list[UOp]) -> None:
         """Emit every node whose ranges are all open and include the innermost open one (toposort order)."""
@@ -64,6 +76,7 @@ def linearize(kernel: Kernel) -> Linear:
         for u in order:
             if u in emitted or not deps[u] <= open_ranges: continue
             if inner is not None and inner not in deps[u]: continue
+            if u in waiting and (u in outer_of or any(s in waiting and s not in emitted for s in u.src)): continue
             if u.op is Ops.REDUCE:
                 emit_reduces(u, chain)
                 continue
@@ -118,10 +131,17 @@ def linearize(kernel: Kernel) -> Linear:
 
     emit_level([])
     for i, r in enumerate(kernel.ranges):
+        lines += [("acc_init", red) for red, outer in outer_of.items() if outer is r]
         lines.append(("open", r))
         emit_level(kernel.ranges[:i + 1])
-    for r in reversed(kernel.ranges):
-        lines.append(("close", r))
+    lines += [("acc_update", red) for red in outer_of]
+    for i in reversed(range(len(kernel.ranges))):
+        lines.append(("close", kernel.ranges[i]))
+        if done := [red for red, outer in outer_of.items() if outer is kernel.ranges[i]]:
+            for red in done:
+                lines.append(("node", red))
+                emitted.add(red)
+            emit_level(kernel.ranges[:i])
     missing = [u for u in order if u not in emitted]
     assert not missing, f"linearize: nodes left unplaced: {missing[:3]}"
     return _prefetch_next_rows(kernel, lines, deps)

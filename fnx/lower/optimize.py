@@ -411,6 +411,10 @@ def apply_opt(k: Kernel, opt: Opt) -> Kernel:
             raise OptError(f"{opt}: {err}") from None
         return replace(k, opts=k.opts + (opt,))
     if is_tensor_core(k): raise OptError(f"{opt}: a tensor-core kernel takes no other action")
+    if opt.op != "VECTORIZE" and (summed := _row_sum_loops(k)) and (r in summed or opt.op == "SWAP" and (
+            k.ranges[opt.amount % len(k.ranges)] in summed)):
+        # a carried row sum's loops stay innermost and whole in one thread (fnx/lower/row_sums.py): their lanes only
+        raise OptError(f"{opt}: the loop carries a row sum")
     k = replace(k, opts=k.opts + (opt,))
     rows = k.row_ranges
     if rows is not None and ((r in rows) != (opt.op == "THREAD") or opt.op == "SWAP" and (
@@ -515,8 +519,21 @@ def _loops(k: Kernel, red: UOp) -> tuple[UOp, ...]:
 
 
 def _long_float_sum(k: Kernel, u: UOp) -> bool:
+    # (not a carried row sum over output loops, fnx/lower/row_sums.py: its rows are short enough)
     return (u.op is Ops.REDUCE and u.arg.op is Ops.ADD and u.dtype.is_float
-            and math.prod(r.arg.size for r in _loops(k, u)) > FLAT_SUM_MAX)
+            and math.prod(r.arg.size for r in _loops(k, u)) > FLAT_SUM_MAX
+            and not any(r in k.ranges for r in u.src[1:]))
+
+
+def _row_sum_loops(k: Kernel) -> set[UOp]:
+    """The output loops that carried row sums run over (fnx/lower/row_sums.py)."""
+    return {r for st in k.sink.src for u in st.src[2].toposort if u.op is Ops.REDUCE for r in u.src[1:]
+            if r in k.ranges}
+
+
+def _row_sum(k: Kernel, st: UOp) -> bool:
+    """Whether STORE st stores what carried row sums give (REDUCEs over output loops: fnx/lower/row_sums.py)."""
+    return any(u.op is Ops.REDUCE and any(r in k.ranges for r in u.src[1:]) for u in st.src[2].toposort)
 
 
 def _inner_level(loops: tuple[UOp, ...], block: int) -> tuple[int, int]:
@@ -742,7 +759,8 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         if any(o.op == "PACK" for o in opts): return opts
         if (with_pack := _pack_first(k, target, opts, pack_always=True)) is not opts: return with_pack
         opts = []
-    stores = list(k.sink.src[:1] if k.row_ranges is not None else k.sink.src)  # (a stash's walk the reductions)
+    # (a stash's walk the reductions; a carried row sum's store, once a row, is not what the lanes are for)
+    stores = [st for st in (k.sink.src[:1] if k.row_ranges is not None else k.sink.src) if not _row_sum(k, st)]
     w, lane_bytes = _lane_width(k, target), _lane_bytes(k)
     inner = k.ranges[-1] if k.ranges else None
     store_unit = inner is not None and all(_stride(st.src[1], inner) == 1 for st in stores)

@@ -22,6 +22,7 @@ from fnx.lower.memory import MemoryPlan, plan_memory
 from fnx.lower.optimize import merge_batch_loops, optimize, overridden_opts, overriding
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule, TransferStep, rangeify
 from fnx.lower.search import searched_opts
+from fnx.lower.row_sums import carry_row_sums
 from fnx.lower.symbolic import simplify_graph
 from fnx.lower.target import Target
 from fnx.lower.transcendental import transcendental
@@ -303,6 +304,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     schedule = rangeify(fn, grid=target.grid)
     schedule.kernels = [k for k in schedule.kernels if not _stores_nothing(k)]
     complex_buffers(schedule, complex_inputs, complex_outputs)
+    if not target.grid: carry_row_sums(schedule)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
     lowered: dict[tuple, tuple] = {}  # a kernel's graph and loops -> (it, its optimized kernels)

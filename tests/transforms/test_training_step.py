@@ -7,11 +7,12 @@ import fnx.numpy as jnp
 from assertions import mlp_step as _step
 
 # kernels in the compiled step (forward, backward and the SGD update of a 2-layer MLP); change it on purpose only:
-MLP_STEP_KERNELS = 14  # 27 with no fusion of reductions, 15 before matmuls took their elementwise epilogues,
+MLP_STEP_KERNELS = 13  # 27 with no fusion of reductions, 15 before matmuls took their elementwise epilogues,
 #                        13 before exp got cheaper (the cost model then fuses the log-softmax pieces differently),
 #                        12 before the optimizer's PACK: g @ w2.T now reads w2 from panels a small copy kernel writes,
 #                        13 before an operand of a reduction that would be recomputed for every output column got
-#                        a buffer when that costs less (dh = g @ w2.T * relu'(h), read by w1's gradient)
+#                        a buffer when that costs less (dh = g @ w2.T * relu'(h), read by w1's gradient),
+#                        14 before the log-softmax's row sum of exps went into the kernel writing them (row_sums.py)
 
 
 def _numpy_step(p, x, onehot):
