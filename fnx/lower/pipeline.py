@@ -304,7 +304,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     schedule = rangeify(fn, grid=target.grid)
     schedule.kernels = [k for k in schedule.kernels if not _stores_nothing(k)]
     complex_buffers(schedule, complex_inputs, complex_outputs)
-    if not target.grid: carry_row_sums(schedule)
+    carry_row_sums(schedule, target)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
     lowered: dict[tuple, tuple] = {}  # a kernel's graph and loops -> (it, its optimized kernels)

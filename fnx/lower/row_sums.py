@@ -4,7 +4,8 @@ kernel that would otherwise read the whole row again only to sum it.
 A chain of layernorms with residuals (x = x + f(layernorm(x)), eight times: W10) writes each step's x in one
 kernel, and the next kernel's first pass over a row is its mean: a loop that loads the row back and adds it up.
 On a row kept in L1 that loop is a third of the next kernel's loads, and the writing loop had every element in a
-register already (W10 on a 2-core Zen 4, rows in cache: 0.125 -> 0.108 ms; 4096 rows: 8-12% less time).
+register already (W10 on a 2-core Zen 4 in AVX-512 code, interleaved in one process: 2.32 -> 2.08 ms; rows in
+L1 0.195 -> 0.176 ms).
 
 When a kernel's only store walks a buffer row-major (its innermost output loop along a row of n, the loops
 outside it along whole rows) and a later kernel sums that buffer along such rows (a REDUCE ADD over one reduce
@@ -19,7 +20,7 @@ stores what it stored (`_absorb`). Left as a kernel, such a reader had too littl
 broke the row chain around it (fnx/lower/chain.py).
 
 Only on devices that run loops (a grid device's output loops are its work items, and a sum across them would be
-a work-group reduction), only float sums, only rows of at most MAX_ROW, only when the writer writes nothing
+a work-group reduction) with MIN_REGISTERS vector registers or more, only float sums, only rows of at most MAX_ROW, only when the writer writes nothing
 else and no other step writes the buffer, and not from a matmul-like writer (its schedule tiles, splits and
 accumulates in its output loops; the optimizer refuses any action but lanes on a loop that carries a sum). The
 sum adds in another order than the reader's did (vector lanes, then across them, as any fnx sum:
@@ -29,9 +30,13 @@ from __future__ import annotations
 
 from fnx.lower.rangeify import INDEX, BufferSpec, HostStep, Kernel, Schedule
 from fnx.lower.symbolic import build, terms
+from fnx.lower.target import Target
 from fnx.uop import GroupOp, Ops, ParamArg, ReduceArg, UOp, postorder, with_src
 
 CARRY_ROW_SUMS = True  # (a switch for A/B runs and tests)
+MIN_REGISTERS = 32  # vector registers a target needs: a row pair's output loop then holds its sums' accumulators
+                    # too. With AVX2's 16 they spill: W10 in AVX2 code on a Zen 4, interleaved in one process,
+                    # 2.19 -> 2.71 ms (AVX-512 code, 32 registers: 2.32 -> 2.08 ms; rows in L1 0.195 -> 0.176)
 MAX_ROW = 1024  # longest row summed so: its sum is one loop's accumulators, not the levels of a blocked sum
                 # (optimize.block_sums: at most FLAT_SUM_MAX additions in a row each, so with 4 lanes or more)
 
@@ -87,9 +92,9 @@ def _summed(k: Kernel, red: UOp) -> tuple[UOp, UOp] | None:
     return ld, row
 
 
-def carry_row_sums(schedule: Schedule) -> None:
-    """Rewrite `schedule`'s kernels in place (module docstring)."""
-    if not CARRY_ROW_SUMS: return
+def carry_row_sums(schedule: Schedule, target: Target) -> None:
+    """Rewrite `schedule`'s kernels in place for `target` (module docstring)."""
+    if not CARRY_ROW_SUMS or target.grid or target.vector_registers < MIN_REGISTERS: return
     writers: dict[int, list[int]] = {}
     for i, k in enumerate(schedule.kernels):
         for b in (k.outputs + k.inputs if isinstance(k, HostStep) else k.buffers(Ops.STORE)):

@@ -16,8 +16,12 @@ from fnx.lower.optimize import _row_sum
 
 
 @pytest.fixture(autouse=True)
-def fresh_lowerings():
-    """Every test lowers afresh (a lowering cached by an earlier test may have been made under other settings)."""
+def fresh_lowerings(monkeypatch):
+    """Every test lowers afresh (a lowering cached by an earlier test may have been made under other settings),
+    with row sums carried whatever the host's vector registers (the rewrite is right on every target; it pays
+    with 32: `test_targets_with_few_registers_carry_none`)."""
+    monkeypatch.setattr(row_sums, "MIN_REGISTERS", 0)
+    monkeypatch.setattr(config, "cache_dir", None)
     fnx.clear_caches()
     cpu_llvm._lowerings.entries.clear()
     yield
@@ -192,3 +196,18 @@ def test_readers_of_some_rows_and_of_other_functions(monkeypatch):
     assert _carried(f, jnp.asarray(x)) >= 1
     plain, _ = _without(monkeypatch, f, jnp.asarray(x))
     for a, b in zip(got, plain): np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("registers, carried", [(16, 0), (32, 7)])
+def test_targets_with_few_registers_carry_none(monkeypatch, registers, carried):
+    """Lowered (not run) for a target of 16 and one of 32 vector registers: with 16 the sums' accumulators would
+    spill from a row pair's output loop (row_sums.MIN_REGISTERS), so none are carried."""
+    from dataclasses import replace
+
+    from fnx.backends.cpu_target import host_target
+    from fnx.lower.pipeline import lower
+    monkeypatch.setattr(row_sums, "MIN_REGISTERS", 32)
+    x = jnp.asarray(np.random.default_rng(8).standard_normal((512, 1024)).astype(np.float32))
+    target = replace(host_target(2, config.cpu_target), vector_registers=registers)
+    lowering = lower(fnx.jit(lambda x: _layernorms(jnp, x, 8)).lower(x).traced.fn, target)
+    assert sum(any(_row_sum(k, st) for st in k.sink.src) for k, lines in lowering.kernels if lines) == carried
