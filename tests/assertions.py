@@ -95,3 +95,12 @@ def assert_slots_never_overlap(lowering) -> None:
         spans.sort()
         for (_, end), (start, _) in zip(spans, spans[1:]):
             assert end < start, spans
+
+
+def relower() -> None:
+    """Forget every traced, compiled and lowered program of this process, so the next call lowers afresh under the
+    test's settings (the in-memory lowerings, like the on-disk ones, do not know them)."""
+    import fnx
+    from fnx.backends import cpu_llvm
+    fnx.clear_caches()
+    cpu_llvm._lowerings.entries.clear()

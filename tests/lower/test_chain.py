@@ -8,7 +8,7 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from assertions import assert_slots_never_overlap
+from assertions import assert_slots_never_overlap, relower
 from fnx.backends import cpu_llvm
 from fnx.config import config
 from fnx.lower import chain as chain_module
@@ -21,11 +21,9 @@ ROWS, COLS = 1037, 1024  # 1M elements a kernel (so each is thread-split); rows 
 @pytest.fixture(autouse=True)
 def fresh_lowerings():
     """Every test lowers afresh (a lowering cached by an earlier test may have been made under other settings)."""
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     yield
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
 
 
 def _layernorm_steps(lib, x, steps, g=None, b=None):
@@ -257,8 +255,7 @@ def test_scratch_buffers_take_turns_in_two_places(monkeypatch):
     with monkeypatch.context() as m:  # every buffer in a place of its own: the same bits
         m.setattr(config, "cache_dir", None)
         m.setattr(chain_module, "CHAIN_REUSE", 0)
-        fnx.clear_caches()
-        cpu_llvm._lowerings.entries.clear()
+        relower()
         (apart,) = _chains(f, jnp.asarray(x))
         assert len({offset for offset, _ in apart.scratch.values()}) == 7 * (1 + _carries_sums())
         np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
@@ -353,8 +350,7 @@ def test_the_loss_between_forward_and_backward_no_longer_splits_the_chain(monkey
     with monkeypatch.context() as m:
         m.setattr(config, "cache_dir", None)
         m.setattr(chain_module, "CHAIN_ORDER", 0)
-        fnx.clear_caches()
-        cpu_llvm._lowerings.entries.clear()
+        relower()
         apart = _chains(f, *args)  # (two chains on AVX2; on AVX-512 the backward's few kernels make none)
         assert len(apart) != 1 or len(apart[0].members) < len(one.members)
         value2, grads2 = fnx.jit(f)(*args)

@@ -7,7 +7,7 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from fnx.backends import cpu_llvm
+from assertions import relower
 from fnx.config import config
 from fnx.lower import linearize as linearize_module
 
@@ -16,11 +16,9 @@ from fnx.lower import linearize as linearize_module
 def fresh_lowerings(monkeypatch):
     """Lowered afresh under the test's settings (on-disk lowerings do not know them)."""
     monkeypatch.setattr(config, "cache_dir", None)
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     yield
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
 
 
 def _matmul(m, k, n, seed=0):
@@ -52,8 +50,7 @@ def test_accumulated_tiles_prefetch_their_rows_before_the_k_loop(monkeypatch):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
 
     monkeypatch.setattr(linearize_module, "PREFETCH_MIN_TRIPS", 1 << 62)
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     assert "llvm.prefetch" not in _stages(a, b, "llvm")
     np.testing.assert_array_equal(np.asarray(fnx.jit(lambda a, b: a @ b)(jnp.asarray(a), jnp.asarray(b))), got)
 
@@ -110,8 +107,7 @@ def test_softmax_rows_prefetch_the_next_row_in_their_exp_pass(monkeypatch):
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-9)
 
     monkeypatch.setattr(linearize_module, "PREFETCH_ROW_BYTES", 0)
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     assert "prefetch_next" not in fnx.jit(f).lower(x).as_text("linearize")
     np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
 

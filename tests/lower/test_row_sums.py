@@ -9,7 +9,7 @@ import pytest
 
 import fnx
 import fnx.numpy as jnp
-from fnx.backends import cpu_llvm
+from assertions import relower
 from fnx.config import config
 from fnx.lower import row_sums
 from fnx.lower.optimize import _row_sum
@@ -22,11 +22,9 @@ def fresh_lowerings(monkeypatch):
     with 32: `test_targets_with_few_registers_carry_none`)."""
     monkeypatch.setattr(row_sums, "MIN_REGISTERS", 0)
     monkeypatch.setattr(config, "cache_dir", None)
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     yield
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
 
 
 def _layernorms(lib, x, steps):
@@ -48,13 +46,11 @@ def _without(monkeypatch, f, *args):
     with monkeypatch.context() as m:
         m.setattr(config, "cache_dir", None)
         m.setattr(row_sums, "CARRY_ROW_SUMS", False)
-        fnx.clear_caches()
-        cpu_llvm._lowerings.entries.clear()
+        relower()
         carried = _carried(f, *args)
         out = fnx.jit(f)(*args)
         out = [np.asarray(o) for o in out] if isinstance(out, (tuple, list)) else np.asarray(out)
-    fnx.clear_caches()
-    cpu_llvm._lowerings.entries.clear()
+    relower()
     return out, carried
 
 
@@ -176,8 +172,7 @@ def test_a_row_sum_kernel_of_its_own_goes_into_the_writer(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(config, "cache_dir", None)
         m.setattr(row_sums, "CARRY_ROW_SUMS", False)
-        fnx.clear_caches()
-        cpu_llvm._lowerings.entries.clear()
+        relower()
         assert len(kernels()) == len(merged) + 1
 
 
