@@ -877,7 +877,9 @@ def _odd(compute):
 def _float_ufunc(name: str, compute, doc: str, derivative=None):
     compute = _float_math(compute)
     compute.__name__ = compute.__qualname__ = name  # what graphs and kernel names call it ('tanh', not 'run')
-    return elementwise(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True, doc=doc)
+    from fnx.transforms.jit import jitted_ufunc  # (eager calls: one compiled program, not a trace each)
+    return jitted_ufunc(elementwise(name, _with_derivative(compute, derivative) if derivative else compute,
+                                    to_float=True, doc=doc))
 
 
 exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).", lambda x, y: (y,))

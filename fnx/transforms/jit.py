@@ -715,6 +715,24 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
     return decorate
 
 
+def jitted_ufunc(fn: Callable) -> Callable:
+    """An elementwise function whose eager calls run `jit` of it, as JAX's do: for the functions computed by many
+    ops (exp, log, tanh: a range reduction, a polynomial, a custom_jvp), each eager call traced all of them again
+    (`jnp.exp` of 1,024 floats 1.3 ms a call, `jnp.tanh` 0.7 ms, against JAX's 0.01 ms). Only operands that are
+    arrays or Python numbers take the jit (Python numbers as weakly typed arguments, so `jnp.exp(0.5)` compiles
+    once, not once per value); anything else, a call inside a trace and fnx.disable_jit run `fn` as before."""
+    jitted: list = []
+    plain = (Array, np.ndarray, np.generic, bool, int, float)
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if state.depth or jit_state.disabled or not args or not all(isinstance(a, plain) for a in args):
+            return fn(*args)
+        if not jitted: jitted.append(jit(fn))
+        return jitted[0](*args)
+    return wrapper
+
+
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
     """`make_graph(f)(*args)` returns the traced FUNCTION of f (printable), like jax.make_jaxpr."""
     jitted = jit(fun, static_argnums=static_argnums)
