@@ -20,18 +20,19 @@ stores what it stored (`_absorb`). Left as a kernel, such a reader had too littl
 broke the row chain around it (fnx/lower/chain.py).
 
 Only on devices that run loops (a grid device's output loops are its work items, and a sum across them would be
-a work-group reduction) with MIN_REGISTERS vector registers or more, only float sums, only rows of at most MAX_ROW, only when the writer writes nothing
-else and no other step writes the buffer, and not from a matmul-like writer (its schedule tiles, splits and
-accumulates in its output loops; the optimizer refuses any action but lanes on a loop that carries a sum). The
-sum adds in another order than the reader's did (vector lanes, then across them, as any fnx sum:
-docs/LOWERING.md).
+a work-group reduction) with MIN_REGISTERS vector registers or more, only float sums, only rows of at most
+MAX_ROW, only when the writer writes nothing else and no other step writes the buffer, and not from a
+matmul-like writer (its schedule tiles, splits and accumulates in its output loops; the optimizer refuses any
+action but lanes on a loop that carries a sum). The sum adds in another order than the reader's did (vector
+lanes, then across them, as any fnx sum: docs/LOWERING.md).
 """
 from __future__ import annotations
 
 from fnx.lower.rangeify import INDEX, BufferSpec, HostStep, Kernel, Schedule
 from fnx.lower.symbolic import build, terms
 from fnx.lower.target import Target
-from fnx.uop import GroupOp, Ops, ParamArg, ReduceArg, UOp, postorder, with_src
+from fnx.rewrite import substitute
+from fnx.uop import GroupOp, Ops, ParamArg, ReduceArg, UOp, postorder
 
 CARRY_ROW_SUMS = True  # (a switch for A/B runs and tests)
 MIN_REGISTERS = 32  # vector registers a target needs: a row pair's output loop then holds its sums' accumulators
@@ -121,7 +122,7 @@ def carry_row_sums(schedule: Schedule, target: Target) -> None:
             continue
         loads = {}
         for red, ld, row, w, rows in found:
-            key = (k.args[ld.src[0].arg.slot], substitute_one(red.src[0], ld, UOp(Ops.ACC, ld.dtype, (), "summed")))
+            key = (k.args[ld.src[0].arg.slot], substitute(red.src[0], {ld: UOp(Ops.ACC, ld.dtype, (), "summed")}))
             if key not in sums: sums[key] = _add_row_sums(schedule, schedule.kernels[w], rows, red, ld)
             loads[red] = UOp(Ops.LOAD, red.dtype, (_param(k, sums[key], schedule), row))
         _set_sink(k, substitute(k.sink, loads))
@@ -154,22 +155,12 @@ def _absorb(schedule: Schedule, reader: Kernel, found: list) -> bool:
     if any(not _same_index(r, row) for _, _, r, _, _ in found): return False
     writer = schedule.kernels[found[0][3]]
     column, writer_row, _, value = found[0][4]
-    totals = {red: UOp(Ops.REDUCE, red.dtype, (substitute_one(red.src[0], ld, value), column), ReduceArg(Ops.ADD, ()))
+    totals = {red: UOp(Ops.REDUCE, red.dtype, (substitute(red.src[0], {ld: value}), column), ReduceArg(Ops.ADD, ()))
               for red, ld, *_ in found}
     stores = tuple(UOp(Ops.STORE, st.dtype, (_param(writer, reader.args[st.src[0].arg.slot], schedule), writer_row,
                                                 substitute(st.src[2], totals))) for st in reader.sink.src)
     _set_sink(writer, UOp(Ops.SINK, writer.sink.dtype, writer.sink.src + stores, writer.sink.arg))
     return True
-
-
-def substitute_one(root: UOp, old: UOp, new: UOp) -> UOp:
-    return substitute(root, {old: new})
-
-
-def substitute(root: UOp, found: dict[UOp, UOp]) -> UOp:
-    memo: dict[UOp, UOp] = {}
-    for u in root.toposort: memo[u] = found.get(u) or with_src(u, tuple(memo[s] for s in u.src))
-    return memo[root]
 
 
 def _param(k: Kernel, buf: int, schedule: Schedule) -> UOp:
@@ -184,7 +175,7 @@ def _add_row_sums(schedule: Schedule, writer: Kernel, rows: tuple, red: UOp, ld:
     column, row, n_rows, value = rows
     schedule.buffers.append(BufferSpec(red.dtype, n_rows, "intermediate"))
     buf = len(schedule.buffers) - 1
-    total = UOp(Ops.REDUCE, red.dtype, (substitute_one(red.src[0], ld, value), column), ReduceArg(Ops.ADD, ()))
+    total = UOp(Ops.REDUCE, red.dtype, (substitute(red.src[0], {ld: value}), column), ReduceArg(Ops.ADD, ()))
     store = UOp(Ops.STORE, writer.sink.src[0].dtype, (_param(writer, buf, schedule), row, total))
     _set_sink(writer, UOp(Ops.SINK, writer.sink.dtype, writer.sink.src + (store,), writer.sink.arg))
     return buf

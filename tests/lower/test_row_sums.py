@@ -206,3 +206,18 @@ def test_targets_with_few_registers_carry_none(monkeypatch, registers, carried):
     target = replace(host_target(2, config.cpu_target), vector_registers=registers)
     lowering = lower(fnx.jit(lambda x: _layernorms(jnp, x, 8)).lower(x).traced.fn, target)
     assert sum(any(_row_sum(k, st) for st in k.sink.src) for k, lines in lowering.kernels if lines) == carried
+
+
+def test_two_to_the_26_elements():
+    """2^26 floats (65,536 rows of 1,024): the writer's carried sums over every row are the means a float64
+    reference gives, and the whole-array mean on top of them too."""
+    x = np.random.default_rng(9).standard_normal((1 << 16, 1024)).astype(np.float32)
+
+    def f(x):
+        y = jnp.tanh(x) * 2 + 1  # (an output: written by a kernel of its own)
+        return y, y - y.mean(-1, keepdims=True), y.mean()
+    assert _carried(f, jnp.asarray(x)) >= 1
+    _, centred, mean = fnx.jit(f)(jnp.asarray(x))
+    y = np.tanh(x.astype(np.float64)) * 2 + 1
+    np.testing.assert_allclose(np.asarray(centred), y - y.mean(-1, keepdims=True), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(float(mean), y.mean(), rtol=1e-6)
