@@ -584,9 +584,35 @@ def w13_gpt_first_call():
     return rows
 
 
+def w14_eager_ops():
+    """Eager (not jitted) calls on a (64, 128) float32 array, each blocked on: the per-op cost of notebook-style
+    code. One row per op, fnx against numpy and JAX's eager op."""
+    x_np = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+    ops = {"x * 2.0": lambda lib, nn, x: x * 2.0, "mean(-1)": lambda lib, nn, x: x.mean(-1),
+           "where(x > 0, x, 0.0)": lambda lib, nn, x: lib.where(x > 0, x, 0.0),
+           "x @ x.T": lambda lib, nn, x: x @ x.T, "softmax": lambda lib, nn, x: nn.softmax(x),
+           "gelu": lambda lib, nn, x: nn.gelu(x), "x.reshape(128, 64)": lambda lib, nn, x: x.reshape(128, 64)}
+
+    def np_softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    np_nn = type("np_nn", (), {"softmax": staticmethod(np_softmax), "gelu": staticmethod(
+        lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))))})
+    x = jnp.asarray(x_np)
+    rows = []
+    for name, op in ops.items():
+        res = {"fnx": best(lambda: op(jnp, fnx.nn, x).block_until_ready(), number=200),
+               "numpy": best(lambda: op(np, np_nn, x_np), number=200)}
+        if jax:
+            jx = jjnp.asarray(x_np)
+            res["jax"] = best(lambda: op(jjnp, jax.nn, jx).block_until_ready(), number=200)
+        rows += report(f"W14 eager {name} (64,128)", res, f"fnx {res['fnx'] * 1e6:.1f} us/call")
+    return rows
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
              "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain,
-             "W11": w11_convnet_step, "W12": w12_attention_block, "W13": w13_gpt_first_call}
+             "W11": w11_convnet_step, "W12": w12_attention_block, "W13": w13_gpt_first_call, "W14": w14_eager_ops}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:

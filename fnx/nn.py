@@ -1,6 +1,8 @@
 """fnx.nn: jax.nn's activation functions, softmax family, one_hot and standardize, composed from fnx.numpy.
 
-Every function is an `eager_op` (outside a trace the whole call compiles and runs as one function) and computes in
+Every function is a `jitted_op`, as jax.nn's are jitted: outside a trace a call runs `jit` of the function, so a
+second call on arrays of the same shapes traces and compiles nothing (axes, flags and dtypes are its static
+arguments; arrays and Python numbers its dynamic ones); inside a trace it is traced in place. Each computes in
 the input's float dtype, as jax.nn does. The initializers live in `fnx.initializers`, re-exported here as
 `fnx.nn.initializers`.
 
@@ -20,7 +22,8 @@ from fnx import dtypes, initializers
 from fnx import lax
 from fnx import numpy as jnp
 from fnx.errors import at_user_line
-from fnx.trace import Array, eager_op
+from fnx.trace import Array
+from fnx.transforms.jit import jitted_op
 from fnx.transforms.custom import custom_jvp, pure  # JAX gives relu, relu6 and softplus their own derivatives
 
 __all__ = ["celu", "dot_product_attention", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish",
@@ -136,7 +139,7 @@ _softplus = _with_tangent(lambda x: jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-jnp.a
                           lambda x, t: t / (1 + jnp.exp(-x)))
 
 
-@eager_op
+@jitted_op()
 def identity(x: Any) -> Array:
     """The identity activation: returns `x` as an Array.
 
@@ -149,7 +152,7 @@ def identity(x: Any) -> Array:
     return jnp.asarray(x)
 
 
-@eager_op
+@jitted_op()
 def relu(x: Any) -> Array:
     """Rectified linear unit, max(x, 0) elementwise (NaN propagates).
 
@@ -168,7 +171,7 @@ def relu(x: Any) -> Array:
     return _relu(jnp.asarray(x))
 
 
-@eager_op
+@jitted_op()
 def relu6(x: Any) -> Array:
     """ReLU capped at 6: min(max(x, 0), 6) elementwise.
 
@@ -185,7 +188,7 @@ def relu6(x: Any) -> Array:
     return _relu6(jnp.asarray(x))
 
 
-@eager_op
+@jitted_op()
 def sigmoid(x: Any) -> Array:
     """The logistic sigmoid 1 / (1 + exp(-x)) elementwise; exactly 0 and 1 at -inf and inf.
 
@@ -205,7 +208,7 @@ def sigmoid(x: Any) -> Array:
     return jnp.where(x < 0, e * s, s)
 
 
-@eager_op
+@jitted_op()
 def softplus(x: Any) -> Array:
     """log(1 + exp(x)) elementwise, computed as max(x, 0) + log1p(exp(-|x|)) so large |x| neither overflow nor
     lose precision.
@@ -223,7 +226,7 @@ def softplus(x: Any) -> Array:
     return _softplus(_as_float(x))
 
 
-@eager_op
+@jitted_op()
 def log_sigmoid(x: Any) -> Array:
     """log(sigmoid(x)) elementwise, computed as -softplus(-x) (stable for large |x|).
 
@@ -240,7 +243,7 @@ def log_sigmoid(x: Any) -> Array:
     return -softplus(-_as_float(x))
 
 
-@eager_op
+@jitted_op()
 def silu(x: Any) -> Array:
     """SiLU (swish): x * sigmoid(x) elementwise.
 
@@ -266,7 +269,7 @@ def silu(x: Any) -> Array:
 swish = silu
 
 
-@eager_op
+@jitted_op()
 def tanh(x: Any) -> Array:
     """Hyperbolic tangent elementwise (the same function as fnx.numpy.tanh).
 
@@ -279,7 +282,7 @@ def tanh(x: Any) -> Array:
     return jnp.tanh(x)
 
 
-@eager_op
+@jitted_op("approximate")
 def gelu(x: Any, approximate: bool = True) -> Array:
     """Gaussian error linear unit, x * Phi(x) with Phi the standard normal CDF.
 
@@ -302,7 +305,7 @@ def gelu(x: Any, approximate: bool = True) -> Array:
     return (x.astype(dtypes.float64) * (_erfc_wide(x, -1 / math.sqrt(2)) * 0.5)).astype(x.dtype)
 
 
-@eager_op
+@jitted_op()
 def elu(x: Any, alpha: Any = 1.0) -> Array:
     """Exponential linear unit: x where x > 0, alpha * (exp(x) - 1) elsewhere.
 
@@ -322,7 +325,7 @@ def elu(x: Any, alpha: Any = 1.0) -> Array:
     return jnp.where(positive, x, alpha * jnp.expm1(jnp.where(positive, 0, x)))
 
 
-@eager_op
+@jitted_op()
 def celu(x: Any, alpha: Any = 1.0) -> Array:
     """Continuously differentiable ELU: max(x, 0) + alpha * min(exp(x / alpha) - 1, 0).
 
@@ -337,7 +340,7 @@ def celu(x: Any, alpha: Any = 1.0) -> Array:
     return jnp.maximum(x, 0) + alpha * jnp.expm1(jnp.minimum(x, 0) / alpha)
 
 
-@eager_op
+@jitted_op()
 def selu(x: Any) -> Array:
     """Scaled ELU: scale * elu(x, alpha) with the self-normalizing constants alpha = 1.67326..., scale = 1.05070...
 
@@ -350,7 +353,7 @@ def selu(x: Any) -> Array:
     return 1.0507009873554804934193349852946 * elu(x, 1.6732632423543772848170429916717)
 
 
-@eager_op
+@jitted_op()
 def leaky_relu(x: Any, negative_slope: Any = 1e-2) -> Array:
     """Leaky ReLU: x where x >= 0, negative_slope * x elsewhere.
 
@@ -369,7 +372,7 @@ def leaky_relu(x: Any, negative_slope: Any = 1e-2) -> Array:
     return jnp.where(x >= 0, x, negative_slope * x)
 
 
-@eager_op
+@jitted_op()
 def hard_tanh(x: Any) -> Array:
     """clip(x, -1, 1) elementwise.
 
@@ -383,7 +386,7 @@ def hard_tanh(x: Any) -> Array:
     return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))  # as jax.nn: the derivative at +-1 is 1
 
 
-@eager_op
+@jitted_op()
 def hard_sigmoid(x: Any) -> Array:
     """relu6(x + 3) / 6, a piecewise-linear sigmoid.
 
@@ -396,7 +399,7 @@ def hard_sigmoid(x: Any) -> Array:
     return relu6(_as_float(x) + 3.0) / 6.0
 
 
-@eager_op
+@jitted_op()
 def hard_silu(x: Any) -> Array:
     """x * hard_sigmoid(x) (also called hard_swish).
 
@@ -413,7 +416,7 @@ def hard_silu(x: Any) -> Array:
 hard_swish = hard_silu
 
 
-@eager_op
+@jitted_op()
 def soft_sign(x: Any) -> Array:
     """x / (|x| + 1) elementwise.
 
@@ -427,7 +430,7 @@ def soft_sign(x: Any) -> Array:
     return x / (jnp.abs(x) + 1)
 
 
-@eager_op
+@jitted_op("axis")
 def glu(x: Any, axis: int = -1) -> Array:
     """Gated linear unit: splits `x` in two halves along `axis` and returns first * sigmoid(second).
 
@@ -453,7 +456,7 @@ def _masked_max(x: Array, axis: Any, where: Any) -> Array:
     return lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, where=where, initial=-jnp.inf))
 
 
-@eager_op
+@jitted_op("axis")
 def softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     """exp(x) / sum(exp(x)) over `axis`, computed after subtracting the maximum so nothing overflows.
 
@@ -479,7 +482,7 @@ def softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     return unnormalized * lax.recip(jnp.sum(unnormalized, axis=axis, keepdims=True, where=where))
 
 
-@eager_op
+@jitted_op("axis")
 def log_softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     """x - logsumexp(x) over `axis`, computed after subtracting the (gradient-stopped) maximum.
 
@@ -502,7 +505,7 @@ def log_softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     return out if where is None else jnp.where(where, out, -jnp.inf)
 
 
-@eager_op
+@jitted_op("axis", "keepdims", "return_sign")
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, return_sign: bool = False,
               where: Any = None) -> Array | tuple[Array, Array]:
     """log(sum(b * exp(a))) over `axis`, without overflow; a row that is all -inf gives -inf.
@@ -538,7 +541,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, r
     return jnp.where(sign < 0, jnp.nan, out) if b is not None else out
 
 
-@eager_op
+@jitted_op("num_classes", "dtype", "axis")
 def one_hot(x: Any, num_classes: int, *, dtype: Any = jnp.float32, axis: int = -1) -> Array:
     """One-hot encode integer labels: out[..., i, ...] = (x == i) for i in range(num_classes).
 
@@ -573,7 +576,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = jnp.float32, axis: int = -
     return jnp.equal(labels, classes).astype(dtype)
 
 
-@eager_op
+@jitted_op("axis", "algorithm")
 def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, epsilon: Any = 1e-5,
                 where: Any = None, *, algorithm: str = "fast") -> Array:
     """(x - mean) / sqrt(variance + epsilon), with mean and variance over `axis` unless given.
@@ -607,7 +610,7 @@ def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, 
     return (x - mean) * jnp.rsqrt(variance + epsilon)
 
 
-@eager_op
+@jitted_op()
 def mish(x: Any) -> Array:
     """Mish: x * tanh(softplus(x)) elementwise.
 
@@ -619,7 +622,7 @@ def mish(x: Any) -> Array:
     return x * jnp.tanh(softplus(x))
 
 
-@eager_op
+@jitted_op()
 def squareplus(x: Any, b: Any = 4) -> Array:
     """Squareplus: (x + sqrt(x^2 + b)) / 2, a smooth relu.
 
@@ -631,7 +634,7 @@ def squareplus(x: Any, b: Any = 4) -> Array:
     return (x + jnp.sqrt(x * x + b)) / 2
 
 
-@eager_op
+@jitted_op()
 def sparse_plus(x: Any) -> Array:
     """Sparse plus: 0 for x <= -1, (x + 1)^2 / 4 between -1 and 1, x from 1 on.
 
@@ -643,7 +646,7 @@ def sparse_plus(x: Any) -> Array:
     return jnp.where(x <= -1, 0.0, jnp.where(x >= 1, x, (x + 1) ** 2 / 4)).astype(x.dtype)
 
 
-@eager_op
+@jitted_op()
 def sparse_sigmoid(x: Any) -> Array:
     """Sparse sigmoid, the derivative of sparse_plus: 0, then (x + 1) / 2 between -1 and 1, then 1.
 
@@ -655,7 +658,7 @@ def sparse_sigmoid(x: Any) -> Array:
     return jnp.clip((x + 1) / 2, 0, 1).astype(x.dtype)
 
 
-@eager_op
+@jitted_op()
 def log1mexp(x: Any) -> Array:
     """log(1 - exp(-x)) for x > 0, accurate at both ends (log1p(-exp(-x)) above log 2, log(-expm1(-x)) below).
 
@@ -667,7 +670,7 @@ def log1mexp(x: Any) -> Array:
     return jnp.where(x > math.log(2), jnp.log1p(-jnp.exp(-x)), jnp.log(-jnp.expm1(-x)))
 
 
-@eager_op
+@jitted_op("axis", "keepdims")
 def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = False) -> Array:
     """log(mean(exp(x))) over `axis` without overflow: logsumexp less the log of the count (of `where`'s
     elements when given).
@@ -682,7 +685,7 @@ def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = Fal
     return total - jnp.log(jnp.sum(ones, axis=axis, keepdims=keepdims))
 
 
-@eager_op
+@jitted_op("is_causal", "local_window_size", "implementation")
 def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None, *,
                           scale: float | None = None, is_causal: bool = False, query_seq_lengths: Any = None,
                           key_value_seq_lengths: Any = None, local_window_size: Any = None,

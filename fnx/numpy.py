@@ -32,6 +32,7 @@ from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_ar
                        check_operand, eager_op, elementwise, imag_part, inexact_dtype, is_python_scalar, make_complex,
                        normalize_axes, prepare, promote, real_part, shape_str, stack_arrays, state, with_weak)
 from fnx.transforms.custom import custom_jvp, pure
+from fnx.transforms.jit import jitted_op
 
 # ---- dtype names and constants ----
 
@@ -877,9 +878,8 @@ def _odd(compute):
 def _float_ufunc(name: str, compute, doc: str, derivative=None):
     compute = _float_math(compute)
     compute.__name__ = compute.__qualname__ = name  # what graphs and kernel names call it ('tanh', not 'run')
-    from fnx.transforms.jit import jitted_ufunc  # (eager calls: one compiled program, not a trace each)
-    return jitted_ufunc(elementwise(name, _with_derivative(compute, derivative) if derivative else compute,
-                                    to_float=True, doc=doc))
+    return elementwise(name, _with_derivative(compute, derivative) if derivative else compute, to_float=True,
+                       doc=doc)  # (eager calls run jit of it: trace.jitted_elementwise)
 
 
 exp = _float_ufunc("exp", _exp, "e ** x elementwise (integers promote to float32).", lambda x, y: (y,))
@@ -982,7 +982,7 @@ isfinite = elementwise("isfinite", lambda a: lax.lt(_abs(a), _full(a, np.inf)) i
                   else _full(a, True, dtypes.bool_))
 
 
-@eager_op
+@jitted_op(promoted=("arr", "min", "max", "a", "a_min", "a_max"))
 def clip(arr: Any = None, min: Any = None, max: Any = None, *, a: Any = None, a_min: Any = None,  # noqa: A002
          a_max: Any = None) -> Array:
     """Limit values to [min, max] (either may be None); NaN stays NaN. Example: clip(x, 0, 1)."""
@@ -993,7 +993,6 @@ def clip(arr: Any = None, min: Any = None, max: Any = None, *, a: Any = None, a_
     return x
 
 
-@eager_op
 def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None = None,
           fill_value: Any = None) -> Array | tuple[Array, ...]:
     """`x` where `condition` else `y` (broadcast together). With only `condition`, the indices of its nonzero
@@ -1002,6 +1001,12 @@ def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None =
     if size is not None or fill_value is not None:
         raise ValueError(at_user_line("where: size and fill_value are only for the one-argument form"))
     if x is None or y is None: raise ValueError(at_user_line("where: give either both x and y or neither"))
+    return _select(condition, x, y)
+
+
+@jitted_op(promoted=("x", "y"))
+def _select(condition: Any, x: Any, y: Any) -> Array:
+    """where(condition, x, y), the form jitted as JAX's is (the one-operand form has a shape of its values)."""
     c = _as_bool(as_operand(condition, "where"))
     (x, y), weak = prepare("where", x, y)
     shape = broadcast_shapes(c.shape, x.shape, name="where")
@@ -1074,7 +1079,7 @@ def _accumulate(name: str, reduce_fn, a: Any, axis: Any, dtype: Any, keepdims: b
     return with_weak(cast(reduce_fn(x, axes, keepdims=keepdims), out_dtype), False)  # reductions are strong in JAX
 
 
-@eager_op
+@jitted_op("axis", "dtype", "out", "keepdims", "promote_integers", promoted=("a", "initial"))
 def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,  # noqa: A001
         initial: Any = None, where: Any = None, promote_integers: bool = True) -> Array:
     """Sum over `axis` (None: all; int or tuple; negative ok). Bools and small ints sum as int32/uint32 (unless
@@ -1083,7 +1088,7 @@ def sum(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims:
     return total if initial is None else total + initial
 
 
-@eager_op
+@jitted_op("axis", "dtype", "out", "keepdims", "promote_integers", promoted=("a", "initial"))
 def prod(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False,
          initial: Any = None, where: Any = None, promote_integers: bool = True) -> Array:
     """Product over `axis`, with the same dtype rules as `sum`."""
@@ -1150,7 +1155,7 @@ def _extreme(name: str, take_max: bool):
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"The {'largest' if take_max else 'smallest'} element over `axis` (NaN propagates). "
                   "Raises ValueError for an empty reduction without `initial`.")
-    return eager_op(fn)
+    return jitted_op("axis", "out", "keepdims", promoted=("a", "initial"))(fn)
 
 
 max = amax = _extreme("max", True)  # noqa: A001
@@ -1168,14 +1173,14 @@ def _arg_reduction(name: str, lax_fn):
         return expand_dims(out, axis) if keepdims else out
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"int32 index of the first {name[3:]}imum along `axis` (None: of the flattened array); NaN wins."
-    return eager_op(fn)
+    return jitted_op("axis", "out", "keepdims")(fn)
 
 
 argmax = _arg_reduction("argmax", lax.argmax)
 argmin = _arg_reduction("argmin", lax.argmin)
 
 
-@eager_op
+@jitted_op("axis", "out", "keepdims")
 def any(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
     """Whether any element over `axis` is true (nonzero)."""
     x = _as_bool(as_operand(a, "any"))
@@ -1183,7 +1188,7 @@ def any(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, w
     return lax.reduce_max(x, _reduce_axes(x, axis, "any"), keepdims=keepdims)
 
 
-@eager_op
+@jitted_op("axis", "out", "keepdims")
 def all(a: Any, axis: Any = None, out: None = None, keepdims: bool = False, *, where: Any = None) -> Array:  # noqa: A001
     """Whether every element over `axis` is true (nonzero)."""
     x = logical_not(as_operand(a, "all"))
@@ -1195,7 +1200,7 @@ def _count(x: Array, axes: tuple[int, ...]) -> int:
     return math.prod(x.shape[i] for i in axes)
 
 
-@eager_op
+@jitted_op("axis", "dtype", "out", "keepdims")
 def mean(a: Any, axis: Any = None, dtype: Any = None, out: None = None, keepdims: bool = False, *,
          where: Any = None) -> Array:
     """Arithmetic mean over `axis`; integers give float32 (float64 for 64-bit ints). Empty reductions give NaN."""
@@ -1216,7 +1221,7 @@ def _correction(name: str, ddof: Any, correction: Any) -> Any:
     return correction
 
 
-@eager_op
+@jitted_op("axis", "dtype", "out", "ddof", "keepdims", "correction")
 def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Array:
     """Variance over `axis`: sum(|x - mean(x)|**2) / (n - ddof), over the elements where `where` is true (all by
@@ -1239,7 +1244,7 @@ def var(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int
     return cast(squares / maximum(count - ddof, 0), dt)
 
 
-@eager_op
+@jitted_op("axis", "dtype", "out", "ddof", "keepdims", "correction")
 def std(a: Any, axis: Any = None, dtype: Any = None, out: None = None, ddof: int = 0,
         keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Array:
     """Standard deviation over `axis`: sqrt(var) (same arguments)."""
@@ -1259,7 +1264,7 @@ def _cumulative(name: str, lax_fn):
     fn.__doc__ = (f"Running {name[3:]} along `axis` (None: of the flattened array), an O(n log n) log-step scan. "
                   "The result keeps the input dtype (bools give int32), as in JAX; float16/bfloat16 accumulate in "
                   "float32.")
-    return eager_op(fn)
+    return jitted_op("axis", "dtype", "out")(fn)
 
 
 cumsum = _cumulative("cumsum", lax.cumsum)
@@ -1506,7 +1511,7 @@ def _pad_wrap(x: Array, axis: int, before: int, after: int) -> Array:
 
 # ---- linear algebra ----
 
-@eager_op
+@jitted_op("precision", "preferred_element_type")
 def matmul(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Matrix product with numpy's rules: 1-D operands gain (then lose) an axis; leading batch axes broadcast.
     `preferred_element_type`: the result's dtype (the products accumulate in it); `precision` is accepted as in JAX
@@ -1567,7 +1572,7 @@ def _scalar_product(x: Array, y: Array, preferred: Any) -> Array:
     return with_weak(multiply(cast(x, dt), cast(y, dt)), False)
 
 
-@eager_op
+@jitted_op("precision", "preferred_element_type")
 def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """numpy.dot: products for 0-d, inner product for 1-D, matrix product for 2-D, and in general a sum over
     the last axis of a and the second-to-last of b. (`precision`, `preferred_element_type`: as matmul's.)"""

@@ -259,6 +259,50 @@ def test_glu():
         nn.glu(jnp.ones((2, 3)))
 
 
+def test_eager_calls_trace_once_per_signature():
+    """An eager fnx.nn call runs jit of the function, as jax.nn's are jitted: a second call on other values of the
+    same shapes (a Python number included) traces nothing, and a new axis, flag or dtype is a new trace, as a
+    static argument is. Op by op, each eager softmax traced all its ops again: 0.77 ms a call on (64, 128) against
+    0.02 ms now. The second calls' values match float64 numpy."""
+    from fnx import events
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((3, 13, 6)).astype(F32) for _ in range(2))  # (a shape no other test uses)
+    labels = np.array([[0, 4, 2], [1, 1, 9]])
+    traces = []
+
+    def calls(a, i):
+        a = jnp.asarray(a)
+        return [nn.softmax(a), nn.softmax(a, axis=0), nn.gelu(a, approximate=False), nn.elu(a, 0.5 + i),
+                nn.leaky_relu(a, negative_slope=0.1 * (i + 1)), nn.logsumexp(a, axis=(0, 2), keepdims=True),
+                nn.standardize(a, epsilon=1e-5 * (i + 1)), nn.one_hot(jnp.asarray(labels + i), 5, dtype=jnp.int32),
+                nn.tanh(a)]
+    stop = events.listen(lambda e: traces.append(e.name) if e.cat == "trace" else None)
+    try:
+        calls(x, 0)
+        before = len(traces)
+        assert {"softmax", "gelu", "elu", "logsumexp", "one_hot"} <= set(traces), traces
+        second = calls(y, 1)
+        assert len(traces) == before, traces[before:]
+    finally:
+        stop()
+    y64 = y.astype(F64)
+    e = np.exp(y64 - y64.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(second[0]), e / e.sum(-1, keepdims=True), rtol=2e-6, atol=1e-7)
+    e0 = np.exp(y64 - y64.max(0, keepdims=True))
+    np.testing.assert_allclose(np.asarray(second[1]), e0 / e0.sum(0, keepdims=True), rtol=2e-6, atol=1e-7)
+    gelu = np.array([v * math.erfc(-v / math.sqrt(2)) / 2 for v in y64.ravel()]).reshape(y.shape)
+    np.testing.assert_allclose(np.asarray(second[2]), gelu, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(second[3]), np.where(y64 > 0, y64, 1.5 * np.expm1(y64)), rtol=2e-6)
+    np.testing.assert_allclose(np.asarray(second[4]), np.where(y64 >= 0, y64, 0.2 * y64), rtol=2e-6)
+    np.testing.assert_allclose(np.asarray(second[5]), np.log(np.exp(y64).sum((0, 2), keepdims=True)), rtol=2e-6)
+    z = (y64 - y64.mean(-1, keepdims=True)) / np.sqrt(y64.var(-1, keepdims=True) + 2e-5)
+    np.testing.assert_allclose(np.asarray(second[6]), z, rtol=2e-5, atol=2e-6)
+    hot = np.asarray(second[7])
+    assert hot.dtype == np.int32
+    np.testing.assert_array_equal(hot, (labels + 1)[..., None] == np.arange(5))
+    np.testing.assert_allclose(np.asarray(second[8]), np.tanh(y64), rtol=3e-7, atol=1e-7)
+
+
 # ---- against jax.nn ----
 
 JAX_NAMES = ["relu", "relu6", "sigmoid", "log_sigmoid", "softplus", "silu", "gelu", "tanh", "elu", "celu", "selu",

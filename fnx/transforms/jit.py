@@ -29,8 +29,8 @@ from fnx.debug.printing import format_function
 from fnx.devices import default_device, device_name, device_put
 from fnx.errors import UnsupportedError, at_user_line, user_frame
 from fnx.sharding import spmd
-from fnx.trace import (Array, Traced, abstract_leaf, compile_function, realize, special_values, state, to_array,
-                       trace)
+from fnx.trace import (Array, Traced, abstract_leaf, compile_function, constant_buffer, jit_hook,
+                       numbers_convert_exactly, realize, special_values, state, to_array, trace)
 from fnx.uop import BufferArg, Ops, UOp, collector_paused
 
 
@@ -440,11 +440,14 @@ class Jitted:
         if state.depth or jit_state.disabled:  # inside another trace: inline, as JAX does for nested jit
             return self.fun(*args, **kwargs)
         if not kwargs and self._flat_ok and (key := _flat_key(args)) is not None:
-            # the common case, kept lean: flat positional arrays need no tree flattening
+            # the common case, kept lean: flat positional arrays (and Python numbers) need no tree flattening
             lowered = self._fast.get(key)
             if lowered is None: lowered = self._fast[key] = self._lower(args, kwargs)[0]
             elif events.active: events.instant("cache", f"jit {self._name}: cache hit")
             if lowered is RUN_EAGERLY: return self._run_eagerly(args, kwargs)
+            if key[-1] is _NUMBERS:
+                if lowered.fast is None or lowered.sharded: return _run(lowered, args)
+                args = _number_arrays(args, lowered)
             if lowered.fast is not None and (out := lowered.fast(args)) is not None:
                 (shape, weak), = lowered.out_avals
                 result = Array.from_buffer(out, shape, weak)
@@ -554,14 +557,36 @@ def _shardings_in(tree: Any) -> list:
     return [s for s in tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "mesh")) if hasattr(s, "mesh")]
 
 
+_NUMBERS = object()  # the last entry of a `_flat_key` with Python numbers in it
+
+
 def _flat_key(args: tuple) -> tuple | None:
-    """The cache key of a call whose arguments are all concrete Arrays: the default device, the x64 flag and each
-    argument's (shape, dtype, weak type, device); None when some argument is anything else."""
-    key = [state.default_device, dtypes.x64_enabled()]
+    """The cache key of a call whose arguments are all concrete Arrays or Python numbers: the default device, the
+    x64 flag and each argument's (shape, dtype, weak type, device), or a number's type (its aval: an int, float or
+    bool's dtype follows from the x64 flag), then _NUMBERS if there were numbers; None when some argument is
+    anything else (an int outside the default int's range too: tracing it raises)."""
+    x64 = dtypes.x64_enabled()
+    key, numbers = [state.default_device, x64], False
     for a in args:
-        if type(a) is not Array or a._buffer is None: return None
-        key.append((a._shape, a._dtype, a.weak_type, a._buffer.device))
+        if type(a) is Array and a._buffer is not None:
+            key.append((a._shape, a._dtype, a.weak_type, a._buffer.device))
+        elif type(a) is float or type(a) is bool or (type(a) is int and (x64 or -2 ** 31 <= a < 2 ** 31)
+                                                       and -2 ** 63 <= a < 2 ** 63):
+            key.append(type(a))
+            numbers = True
+        else:
+            return None
+    if numbers: key.append(_NUMBERS)
     return tuple(key)
+
+
+def _number_arrays(args: tuple, lowered: Lowered) -> list:
+    """`args` with each Python number an Array of its PARAM's dtype over a buffer shared by every call with that
+    value (buffers are immutable, and the lean path donates nothing): a new buffer a call cost more than the
+    call (an eager `x * 2.0` 22 us, `x * y` 5 us)."""
+    device = lowered.device
+    return [a if type(a) is Array else Array.from_buffer(
+        constant_buffer(UOp.const(p.dtype, a), device), (), type(a) is not bool) for a, p in zip(args, lowered.params)]
 
 
 def _placement(leaves: Sequence) -> str:
@@ -664,8 +689,9 @@ def _plain(v: Any) -> bool:
 
 
 def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, Callable] | None = None,
-              automatic: bool = False) -> Callable:
-    """Decorator for library functions that JAX jits (fnx.random's samplers, fnx.numpy.linalg): outside a trace,
+              automatic: bool = False, promoted: Sequence[str] = ()) -> Callable:
+    """Decorator for library functions that JAX jits (fnx.random's samplers, fnx.numpy.linalg, the reductions,
+    where and matmul, fnx.nn): outside a trace,
     a call runs `jit` of the function, so a second call with arrays of the same shapes traces and compiles
     nothing; inside a trace, or under fnx.disable_jit, it is traced or run op by op as an eager_op.
 
@@ -675,6 +701,13 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
     place is taken as a tuple; a static value that cannot be hashed (a shape given as an array, a list of arrays)
     runs the call eagerly, and so does an array argument given as a list. `convert` maps an argument's name to
     what makes it a jit argument of the right dtype (fold_in's Python int data, which wraps to uint32).
+    `promoted` names the arguments that promote together (a reduction's array and its `initial`, where's x and
+    y): a Python number among them that meets an integer or 16-bit float array runs the call eagerly, which
+    converts it straight from the Python value (trace.numbers_convert_exactly).
+
+    The jit of a call takes its dynamic arguments positionally (each static combination, Nones included, has its
+    own jit), so a call of arrays takes jit's lean path: an eager sum over an axis 26 -> 8.6 us a call, as
+    JAX's 9.6.
 
     Run eagerly, every call traced its whole graph again, and a graph holding a loop (the factorizations' fori
     loops) got a new loop body each time, so it was lowered and compiled again: `jnp.linalg.inv` of an 8x8
@@ -682,55 +715,86 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
     def decorate(fn: Callable) -> Callable:
         from fnx.trace import eager_op
         eager = eager_op(fn)
-        signature = inspect.signature(fn)
-        jitted: dict[tuple[str, ...], Jitted] = {}
+        bind = _Binder(fn)
+        jitted: dict[tuple, Jitted] = {}
         arrays = (Array, np.ndarray, np.generic)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if state.depth or jit_state.disabled: return eager(*args, **kwargs)
-            bound = signature.bind(*args, **kwargs)
-            values = bound.arguments
+            values = bind(args, kwargs)
             for name, f in (convert or {}).items():
                 if name in values: values[name] = f(values[name])
             if not automatic:
-                names = tuple(n for n in static if n in values) + tuple(
+                names = [n for n in static if n in values] + [
                     n for n in static_ints if isinstance(values.get(n), (int, np.integer))
-                    and not isinstance(values[n], bool))
+                    and not isinstance(values[n], bool)]
             else:
-                names = tuple(n for n, v in values.items() if not isinstance(v, arrays) and not (
-                    isinstance(v, (list, tuple)) and any(isinstance(e, arrays) for e in v)))
+                names = [n for n, v in values.items() if not isinstance(v, arrays) and not (
+                    isinstance(v, (list, tuple)) and any(isinstance(e, arrays) for e in v))]
             for n in names:
                 if isinstance(values[n], list): values[n] = tuple(values[n])
                 if automatic and not _plain(values[n]): return eager(*args, **kwargs)  # (an object of another kind)
             if any(isinstance(v, list) for n, v in values.items() if n not in names):
                 return eager(*args, **kwargs)  # (an array given as a list: converted where the function wants it)
-            try:
-                hash(tuple(values[n] for n in names))
-            except TypeError:
+            if promoted and not numbers_convert_exactly([values[n] for n in promoted if n in values]):
                 return eager(*args, **kwargs)
-            if (f := jitted.get(names)) is None: f = jitted[names] = jit(fn, static_argnames=names)
-            return f(*bound.args, **bound.kwargs)
+            # static: the named arguments and every None (no leaves); the rest, in order, the jit's arguments
+            dynamic = tuple(n for n, v in values.items() if v is not None and n not in names)
+            static_values = {n: v for n, v in values.items() if n not in dynamic}
+            key = (tuple((n, _typed(v)) for n, v in static_values.items()), dynamic)
+            try:
+                f = jitted.get(key)
+            except TypeError:  # (a static value that cannot be hashed: a shape given as an array)
+                return eager(*args, **kwargs)
+            if f is None: f = jitted[key] = jit(bind.with_static(static_values, dynamic))
+            return f(*[values[n] for n in dynamic])
         return wrapper
     return decorate
 
 
-def jitted_ufunc(fn: Callable) -> Callable:
-    """An elementwise function whose eager calls run `jit` of it, as JAX's do: for the functions computed by many
-    ops (exp, log, tanh: a range reduction, a polynomial, a custom_jvp), each eager call traced all of them again
-    (`jnp.exp` of 1,024 floats 1.3 ms a call, `jnp.tanh` 0.7 ms, against JAX's 0.01 ms). Only operands that are
-    arrays or Python numbers take the jit (Python numbers as weakly typed arguments, so `jnp.exp(0.5)` compiles
-    once, not once per value); anything else, a call inside a trace and fnx.disable_jit run `fn` as before."""
-    jitted: list = []
-    plain = (Array, np.ndarray, np.generic, bool, int, float)
+def _typed(v: Any) -> Any:
+    """A static value as a cache key that tells 0.0 from 0 and True from 1 (equal in Python, not as an axis)."""
+    return (tuple, tuple(_typed(e) for e in v)) if type(v) is tuple else (type(v), v)
 
-    @functools.wraps(fn)
-    def wrapper(*args):
-        if state.depth or jit_state.disabled or not args or not all(isinstance(a, plain) for a in args):
-            return fn(*args)
-        if not jitted: jitted.append(jit(fn))
-        return jitted[0](*args)
-    return wrapper
+
+class _Binder:
+    """Binds a library function's call arguments to its parameter names, as inspect.Signature.bind does (and
+    raising its TypeError for a call that does not fit) in a fraction of its time; and makes the function of the
+    dynamic arguments alone that jitted_op jits."""
+
+    def __init__(self, fn: Callable):
+        self.fn, self.signature = fn, inspect.signature(fn)
+        kinds = inspect.Parameter
+        params = self.signature.parameters.values()
+        self.plain = not any(p.kind in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD) for p in params)
+        self.positional = [p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+        self.keywords = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+        self.required = [p.name for p in params if p.default is kinds.empty]
+        self.defaults = {p.name: p.default for p in params}
+
+    def __call__(self, args: tuple, kwargs: dict) -> dict:
+        """{parameter name: value} of the arguments given, in parameter order for positional ones."""
+        if self.plain and len(args) <= len(self.positional):
+            values = dict(zip(self.positional, args))
+            for k, v in kwargs.items():
+                if k in values or k not in self.keywords: break
+                values[k] = v
+            else:
+                if all(n in values for n in self.required): return values
+        return dict(self.signature.bind(*args, **kwargs).arguments)  # (the call's TypeError, or *args)
+
+    def with_static(self, static: dict, dynamic: tuple[str, ...]) -> Callable:
+        """fn as a function of the `dynamic` arguments' values, in that order, with `static` put back."""
+        fn, positional, defaults = self.fn, self.positional, self.defaults
+
+        def call(*values):
+            given = {**static, **dict(zip(dynamic, values))}
+            count = max((i + 1 for i, n in enumerate(positional) if n in given), default=0)
+            return fn(*[given.pop(n, defaults[n]) for n in positional[:count]], **given)
+        call.__name__ = call.__qualname__ = getattr(fn, "__name__", "an operation")
+        call.__wrapped__ = fn
+        return call
 
 
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
@@ -777,3 +841,6 @@ class Graph:
     def save(self, path: str) -> None:
         """Write the picture of the graph to `path` ('.svg', or '.png' with cairosvg installed)."""
         self.draw().save(path)
+
+
+jit_hook[0] = (jit, jit_state)  # eager elementwise calls run as jit of themselves (trace.jitted_elementwise)

@@ -1,0 +1,168 @@
+"""Eager calls of the functions JAX jits (the elementwise ufuncs, the reductions, where, clip, matmul) run as jit of
+themselves: a second call on other values of the same shapes traces nothing, Python numbers are weakly typed
+arguments, and the results are those of the op-by-op path, checked against numpy in float64. Where a Python
+number meets an integer or 16-bit float array the call stays op by op (its constant converts straight from the
+Python value), and the results say so.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import fnx
+import fnx.numpy as jnp
+from fnx import events
+
+rng = np.random.default_rng(17)
+
+
+def traces_of(fn):
+    """(fn's result, the names of the traces it started)."""
+    names = []
+    stop = events.listen(lambda e: names.append(e.name) if e.cat == "trace" else None)
+    try:
+        return fn(), names
+    finally:
+        stop()
+
+
+def calls(x, y, m, s):
+    """One eager call of each function, on arrays x, y (float32, (4, 11, 6)), mask m and Python float s."""
+    return [x * s, s - x, x / y, jnp.sum(x, axis=1), x.mean(-1), jnp.max(x, axis=(0, 2), keepdims=True),
+            jnp.argmax(x, axis=2), x.var(0, ddof=1), jnp.sum(x, where=m), jnp.where(m, x, s), jnp.clip(x, -s, s),
+            jnp.cumsum(x, axis=1), x @ jnp.swapaxes(y, 1, 2), jnp.prod(x, axis=0, initial=s), jnp.any(m, axis=0)]
+
+
+def want(x, y, m, s):
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    return [x * s, s - x, x / y, x.sum(1), x.mean(-1), x.max((0, 2), keepdims=True), x.argmax(2), x.var(0, ddof=1),
+            np.where(m, x, 0).sum(), np.where(m, x, s), np.clip(x, -s, s), np.cumsum(x, 1),
+            x @ np.swapaxes(y, 1, 2), x.prod(0) * s, m.any(0)]
+
+
+def test_a_second_call_of_each_traces_nothing_and_matches_numpy():
+    shape = (4, 11, 6)  # (a shape no other test uses)
+    first_args = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)] + [rng.random(shape) > 0.5, 0.75]
+    second_args = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)] + [rng.random(shape) > 0.5, 1.25]
+
+    def run(args):
+        x, y, m, s = args
+        return [np.asarray(r) for r in calls(jnp.asarray(x), jnp.asarray(y), jnp.asarray(m), s)]
+    _, first = traces_of(lambda: run(first_args))
+    assert {"multiply", "sum", "mean", "max", "argmax", "var", "_select", "clip", "cumsum", "matmul"} <= set(first)
+    got, second = traces_of(lambda: run(second_args))
+    assert second == []
+    for i, (g, w) in enumerate(zip(got, want(*second_args))):
+        assert g.shape == w.shape, i
+        if w.dtype == bool or w.dtype.kind == "i":
+            np.testing.assert_array_equal(g, w, err_msg=str(i))
+        else:
+            assert g.dtype == np.float32, (i, g.dtype)
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6, err_msg=str(i))
+
+
+def test_weak_types_and_dtypes_are_the_op_by_op_ones():
+    """A Python number stays weakly typed through the jit: float32 * 2.0 is float32, a float64 array (x64 on) *
+    2.0 float64, 2.0 * 3 a weak float32 scalar; a reduction is strongly typed, as in JAX."""
+    x = jnp.asarray(np.arange(6, dtype=np.float32))
+    for r in (x * 2.0, 2.0 * x, x + True, jnp.where(x > 2, x, 0.5)):
+        assert r.dtype == np.float32 and not r.weak_type
+    with fnx.enable_x64(True):
+        w = jnp.asarray(np.arange(6, dtype=np.float64))
+        assert (w * 2.0).dtype == np.float64 and float((w * 0.1)[3]) == 3 * 0.1
+    s = jnp.multiply(2.0, 3)
+    assert s.dtype == np.float32 and s.weak_type and float(s) == 6.0
+    total = jnp.sum(jnp.asarray(np.ones(4, np.float32)))
+    assert not total.weak_type and float(total) == 4.0
+    with fnx.disable_jit():  # (op by op, the same results)
+        np.testing.assert_array_equal(np.asarray(x * 2.0), np.arange(6) * 2.0)
+
+
+def test_numbers_that_meet_narrow_arrays_stay_op_by_op():
+    """float16 times 1 + 2**-11 + 2**-40: the constant rounds once from the double (1.001), not through the weak
+    argument's float32 (1.0, a tie rounded to even); an int8 array plus 300 wraps as the op-by-op path (and JAX)
+    does; neither call is a jit trace."""
+    v = 1 + 2 ** -11 + 2 ** -40
+    h = jnp.asarray(np.ones(3, np.float16))
+    i8 = jnp.asarray(np.arange(4, dtype=np.int8))
+    (product, wrapped, chosen), names = traces_of(lambda: (h * v, i8 + 300, jnp.where(i8 > 1, i8, 100)))
+    assert names == []
+    np.testing.assert_array_equal(np.asarray(product), np.full(3, np.float16(v)))
+    assert np.float16(v) != np.float16(np.float32(v))  # (the case is the one it claims to be)
+    np.testing.assert_array_equal(np.asarray(wrapped), (np.arange(4) + 300).astype(np.int8))
+    np.testing.assert_array_equal(np.asarray(chosen), [100, 100, 2, 3])
+    assert np.asarray(chosen).dtype == np.int8
+
+
+def test_python_numbers_of_every_value_share_one_program_and_keep_their_sign():
+    x = jnp.asarray(rng.standard_normal(9).astype(np.float32))
+    _, first = traces_of(lambda: np.asarray(x * 1.5))
+    values = [0.0, -0.0, 1e-40, np.inf, -np.inf, 3.0, 2 ** 31 - 1, -7]
+    results, names = traces_of(lambda: [np.asarray(x * v) for v in values if type(v) is float] +
+                                       [np.asarray(x + v) for v in values if type(v) is int])
+    assert "multiply" in first and names == ["add"]  # (ints are another signature: one trace for both)
+    xs = np.asarray(x).astype(np.float64)
+    for got, v in zip(results, [v for v in values if type(v) is float] + [v for v in values if type(v) is int]):
+        expected = (xs * np.float32(v) if type(v) is float else xs + np.float32(v)).astype(np.float32)
+        np.testing.assert_array_equal(got, expected)
+    assert np.all(np.signbit(np.asarray(jnp.abs(x) * -0.0)))  # (-0.0 is not 0.0's cached buffer)
+
+
+def test_wrong_calls_raise_the_functions_errors():
+    x = jnp.asarray(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError):
+        jnp.sum(x, axis=0, bogus=1)
+    with pytest.raises(TypeError):
+        jnp.sum()
+    with pytest.raises(ValueError, match="max"):
+        jnp.max(jnp.asarray(np.ones((0, 3), np.float32)), axis=0)
+    with pytest.raises(ValueError, match=r"axis(.|\n)*at .*test_eager_dispatch.py"):  # (the user's line)
+        jnp.sum(x, axis=2)
+    with pytest.raises(ValueError, match="where"):
+        jnp.where(x > 0, x)
+    with pytest.raises(TypeError, match=r"matmul: contracting dimensions differ(.|\n)*test_eager_dispatch.py"):
+        x @ x
+
+
+def test_eager_calls_from_several_threads():
+    """Eight threads call the same functions on their own values at once (the first calls race to trace and
+    cache them): each gets its own answer."""
+    shape = (3, 5, 7)
+    data = [[rng.standard_normal(shape).astype(np.float32) for _ in range(2)] + [rng.random(shape) > 0.5, 0.5 + i]
+            for i in range(8)]
+    results: list = [None] * 8
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        barrier.wait()
+        x, y, m, s = data[i]
+        results[i] = [np.asarray(r) for r in calls(jnp.asarray(x), jnp.asarray(y), jnp.asarray(m), s)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    for i in range(8):
+        for got, w in zip(results[i], want(*data[i])):
+            np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-6)
+
+
+def test_a_float64_array_with_x64_off_keeps_a_python_floats_bits():
+    """With x64 off a weak float is float32, so a float64 array (fnx's own wide intermediates: nn's erfc) times
+    0.1 stays op by op and multiplies by the double 0.1, not by float32(0.1) (erfc lost 5 ulp so)."""
+    assert not fnx.config.jax_enable_x64
+    wide = jnp.asarray(np.ones(3, np.float32)).astype(fnx.dtypes.float64)
+    got = np.asarray(wide * 0.1)
+    assert got.dtype == np.float64 and got[0] == 0.1
+    with fnx.enable_x64(True):  # (x64 on, the weak float is float64: the same bits through the jit)
+        (got, names) = traces_of(lambda: np.asarray(jnp.asarray(np.ones(5)) * 0.1))
+        assert names == ["multiply"] and got.dtype == np.float64 and got[0] == 0.1
+
+
+def test_static_arguments_that_are_equal_in_python_are_distinct():
+    """axis=0.0 after axis=0 (equal, and of one hash, as dict keys) is still the TypeError JAX gives, and
+    keepdims=1 after keepdims=True a program of its own."""
+    x = jnp.asarray(np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(np.asarray(jnp.sum(x, axis=0)), [2, 2, 2])
+    with pytest.raises(TypeError):
+        jnp.sum(x, axis=0.0)
+    assert jnp.sum(x, axis=1, keepdims=True).shape == (2, 1)
+    assert jnp.sum(x, axis=1, keepdims=1).shape == (2, 1)
