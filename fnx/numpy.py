@@ -254,7 +254,7 @@ def _static_scalar(x: Any, name: str) -> Any:
     return x
 
 
-@eager_op
+@jitted_op("start", "stop", "step", "dtype")  # (all static: a concrete array bound is unhashable, so op by op)
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) -> Array:
     """Evenly spaced values in [start, stop) with `step` (static bounds). Python floats give float32, ints int32.
 

@@ -166,3 +166,16 @@ def test_static_arguments_that_are_equal_in_python_are_distinct():
         jnp.sum(x, axis=0.0)
     assert jnp.sum(x, axis=1, keepdims=True).shape == (2, 1)
     assert jnp.sum(x, axis=1, keepdims=1).shape == (2, 1)
+
+
+def test_arange_compiles_once_per_bounds_and_gives_a_fresh_array_each_call():
+    """arange's bounds are static (a concrete array bound is unhashable: op by op, as before); each call's result
+    is its own buffer, so donating one leaves the next call's intact."""
+    (a, first) = traces_of(lambda: jnp.arange(3, 40, 3))
+    (b, second) = traces_of(lambda: jnp.arange(3, 40, 3))
+    assert first == ["arange"] and second == [] and a._buffer is not b._buffer
+    np.testing.assert_array_equal(np.asarray(b), np.arange(3, 40, 3))
+    fnx.jit(lambda v: v * 2, donate_argnums=0)(a)
+    np.testing.assert_array_equal(np.asarray(jnp.arange(3, 40, 3)), np.arange(3, 40, 3))
+    np.testing.assert_array_equal(np.asarray(jnp.arange(jnp.asarray(4))), np.arange(4))
+    np.testing.assert_allclose(np.asarray(jnp.arange(0.5, 2.0, 0.25)), np.arange(0.5, 2.0, 0.25))
