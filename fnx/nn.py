@@ -2,7 +2,8 @@
 
 Every function is a `jitted_op`, as jax.nn's are jitted: outside a trace a call runs `jit` of the function, so a
 second call on arrays of the same shapes traces and compiles nothing (axes, flags and dtypes are its static
-arguments; arrays and Python numbers its dynamic ones); inside a trace it is traced in place. Each computes in
+arguments; arrays and Python numbers its dynamic ones, except a number that meets a 16-bit or integer input,
+which runs op by op: see jitted_op's `promoted`); inside a trace it is traced in place. Each computes in
 the input's float dtype, as jax.nn does. The initializers live in `fnx.initializers`, re-exported here as
 `fnx.nn.initializers`.
 
@@ -305,7 +306,7 @@ def gelu(x: Any, approximate: bool = True) -> Array:
     return (x.astype(dtypes.float64) * (_erfc_wide(x, -1 / math.sqrt(2)) * 0.5)).astype(x.dtype)
 
 
-@jitted_op()
+@jitted_op(promoted=("x", "alpha"))
 def elu(x: Any, alpha: Any = 1.0) -> Array:
     """Exponential linear unit: x where x > 0, alpha * (exp(x) - 1) elsewhere.
 
@@ -325,7 +326,7 @@ def elu(x: Any, alpha: Any = 1.0) -> Array:
     return jnp.where(positive, x, alpha * jnp.expm1(jnp.where(positive, 0, x)))
 
 
-@jitted_op()
+@jitted_op(promoted=("x", "alpha"))
 def celu(x: Any, alpha: Any = 1.0) -> Array:
     """Continuously differentiable ELU: max(x, 0) + alpha * min(exp(x / alpha) - 1, 0).
 
@@ -353,7 +354,7 @@ def selu(x: Any) -> Array:
     return 1.0507009873554804934193349852946 * elu(x, 1.6732632423543772848170429916717)
 
 
-@jitted_op()
+@jitted_op(promoted=("x", "negative_slope"))
 def leaky_relu(x: Any, negative_slope: Any = 1e-2) -> Array:
     """Leaky ReLU: x where x >= 0, negative_slope * x elsewhere.
 
@@ -505,7 +506,7 @@ def log_softmax(x: Any, axis: Any = -1, where: Any = None) -> Array:
     return out if where is None else jnp.where(where, out, -jnp.inf)
 
 
-@jitted_op("axis", "keepdims", "return_sign")
+@jitted_op("axis", "keepdims", "return_sign", promoted=("a", "b"))
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False, return_sign: bool = False,
               where: Any = None) -> Array | tuple[Array, Array]:
     """log(sum(b * exp(a))) over `axis`, without overflow; a row that is all -inf gives -inf.
@@ -576,7 +577,7 @@ def one_hot(x: Any, num_classes: int, *, dtype: Any = jnp.float32, axis: int = -
     return jnp.equal(labels, classes).astype(dtype)
 
 
-@jitted_op("axis", "algorithm")
+@jitted_op("axis", "algorithm", promoted=("x", "mean", "variance", "epsilon"))
 def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None, epsilon: Any = 1e-5,
                 where: Any = None, *, algorithm: str = "fast") -> Array:
     """(x - mean) / sqrt(variance + epsilon), with mean and variance over `axis` unless given.
@@ -622,7 +623,7 @@ def mish(x: Any) -> Array:
     return x * jnp.tanh(softplus(x))
 
 
-@jitted_op()
+@jitted_op(promoted=("x", "b"))
 def squareplus(x: Any, b: Any = 4) -> Array:
     """Squareplus: (x + sqrt(x^2 + b)) / 2, a smooth relu.
 
@@ -685,7 +686,7 @@ def logmeanexp(x: Any, axis: Any = None, where: Any = None, keepdims: bool = Fal
     return total - jnp.log(jnp.sum(ones, axis=axis, keepdims=keepdims))
 
 
-@jitted_op("is_causal", "local_window_size", "implementation")
+@jitted_op("is_causal", "local_window_size", "implementation", promoted=("query", "scale"))
 def dot_product_attention(query: Any, key: Any, value: Any, bias: Any = None, mask: Any = None, *,
                           scale: float | None = None, is_causal: bool = False, query_seq_lengths: Any = None,
                           key_value_seq_lengths: Any = None, local_window_size: Any = None,

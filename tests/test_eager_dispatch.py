@@ -179,3 +179,19 @@ def test_arange_compiles_once_per_bounds_and_gives_a_fresh_array_each_call():
     np.testing.assert_array_equal(np.asarray(jnp.arange(3, 40, 3)), np.arange(3, 40, 3))
     np.testing.assert_array_equal(np.asarray(jnp.arange(jnp.asarray(4))), np.arange(4))
     np.testing.assert_allclose(np.asarray(jnp.arange(0.5, 2.0, 0.25)), np.arange(0.5, 2.0, 0.25))
+
+
+def test_nn_functions_give_their_op_by_op_bits():
+    """fnx.nn's eager calls against the same calls under fnx.disable_jit (op by op): equal bits in float32, and
+    in float16 with a Python number (alpha, the slope, epsilon), where the call stays op by op itself."""
+    import fnx.nn as nn
+    for dtype in (np.float32, np.float16):
+        x = jnp.asarray(rng.standard_normal((5, 9)).astype(dtype) * 3)
+        calls = [lambda: nn.elu(x, 0.3), lambda: nn.leaky_relu(x, 0.07), lambda: nn.standardize(x, epsilon=0.1),
+                 lambda: nn.softmax(x), lambda: nn.gelu(x), lambda: nn.celu(x, 1.3), lambda: nn.squareplus(x, 0.7)]
+        fast = [np.asarray(c()) for c in calls]
+        with fnx.disable_jit():
+            slow = [np.asarray(c()) for c in calls]
+        for i, (f, s) in enumerate(zip(fast, slow)):
+            assert f.dtype == s.dtype == dtype
+            np.testing.assert_array_equal(f, s, err_msg=f"{dtype.__name__} call {i}")
