@@ -1370,7 +1370,7 @@ def _promote_all(name: str, arrays: Sequence[Any]) -> list[Array]:
     return [with_weak(x, weak) for x in arrs]
 
 
-@eager_op
+@jitted_op("axis", "dtype", sequences=("arrays",))
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) -> Array:
     """Join arrays along an existing `axis` (None: flatten them first); dtypes promote."""
     arrs = _promote_all("concatenate", arrays)
@@ -1381,7 +1381,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, dtype: Any = None) 
     return out if dtype is None else cast(out, dtypes.requested(dtype, "concatenate"))
 
 
-@eager_op
+@jitted_op("axis", "dtype", sequences=("arrays",))
 def stack(arrays: Sequence[Any], axis: int = 0, dtype: Any = None) -> Array:
     """Join arrays of one shape along a new `axis`."""
     out = stack_arrays([as_operand(x, "stack") for x in arrays], axis)

@@ -195,3 +195,21 @@ def test_nn_functions_give_their_op_by_op_bits():
         for i, (f, s) in enumerate(zip(fast, slow)):
             assert f.dtype == s.dtype == dtype
             np.testing.assert_array_equal(f, s, err_msg=f"{dtype.__name__} call {i}")
+
+
+def test_concatenate_and_stack_of_arrays_trace_once():
+    """A list of Arrays is one dynamic argument (a tuple): a second call on other values traces nothing. A list
+    with anything else in it (a numpy array, a nested list) runs op by op, as before."""
+    def run(seed):
+        r = np.random.default_rng(seed)
+        a, b = (r.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+        fa, fb = jnp.asarray(a), jnp.asarray(b)
+        got = [jnp.concatenate([fa, fb, fa], axis=1), jnp.stack((fa, fb), axis=-1), jnp.concatenate([fa, fb], None)]
+        return [np.asarray(g) for g in got], [np.concatenate([a, b, a], 1), np.stack([a, b], -1),
+                                              np.concatenate([a.ravel(), b.ravel()])]
+    _, first = traces_of(lambda: run(1))
+    (got, want), second = traces_of(lambda: run(2))
+    assert {"concatenate", "stack"} <= set(first) and second == []
+    for g, w in zip(got, want): np.testing.assert_array_equal(g, w)
+    mixed, names = traces_of(lambda: jnp.concatenate([jnp.asarray(np.ones(2, np.float32)), np.zeros(3, np.float32)]))
+    assert names == [] and np.asarray(mixed).tolist() == [1, 1, 0, 0, 0]
