@@ -213,3 +213,18 @@ def test_concatenate_and_stack_of_arrays_trace_once():
     for g, w in zip(got, want): np.testing.assert_array_equal(g, w)
     mixed, names = traces_of(lambda: jnp.concatenate([jnp.asarray(np.ones(2, np.float32)), np.zeros(3, np.float32)]))
     assert names == [] and np.asarray(mixed).tolist() == [1, 1, 0, 0, 0]
+
+
+def test_an_eager_ops_programs_are_bounded():
+    """Eager code on ever new shapes keeps the programs of the last EAGER_SIGNATURES signatures per op, not one
+    per shape (2,000 shapes of three ops grew a process by 1.4 GB so); an evicted shape is traced again and gives
+    the same answer."""
+    from fnx.transforms import jit as jit_module
+    limit = jit_module.EAGER_SIGNATURES
+    xs = [jnp.asarray(np.arange(n, dtype=np.float32)) for n in range(3, 3 + limit + 9)]  # (shapes no test uses)
+    for x in xs: np.asarray(x * 2.5)
+    sizes = [len(c.fast) for c in list(jit_module._all_caches) if c.fast.limit == limit]
+    assert sizes and max(sizes) == limit
+    first, names = traces_of(lambda: np.asarray(xs[0] * 2.5))
+    assert names == ["multiply"]  # (the first shape's program went)
+    np.testing.assert_array_equal(first, np.arange(3, dtype=np.float32) * 2.5)

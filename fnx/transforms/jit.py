@@ -110,14 +110,34 @@ class _RunEagerly:
 RUN_EAGERLY = _RunEagerly()
 
 
+EAGER_SIGNATURES = 32  # signatures (shapes, dtypes) an eager op's jit keeps programs for (`_eager_jit`)
+
+
+class _Signatures(dict):
+    """A trace cache's signature -> program map, bounded to `limit` entries (None: `config.executables`,
+    FNX_EXECUTABLES): past that the oldest goes (it is traced again if called again). A program keeps its
+    compiled code alive, and eager ops run as jit of themselves: on 2,000 new shapes, `(x * 2.0 + 1.0).sum()`
+    kept 6,000 programs and grew the process by 1.4 GB. (A dict, so that the lookup on every call stays
+    dict.get.)"""
+    __slots__ = ("limit",)
+
+    def __init__(self):
+        super().__init__()
+        self.limit: int | None = None
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self and len(self) >= (self.limit or config.executables): del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+
 class _TraceCache:
     """The programs traced for one function and one set of jit options (signature key -> Lowered), shared by every
     `jit` of that function with those options, as JAX's cache is keyed by the function."""
     __slots__ = ("lowered", "fast", "__weakref__")
 
     def __init__(self):
-        self.lowered: dict[Any, Any] = {}
-        self.fast: dict[Any, Any] = {}
+        self.lowered: dict[Any, Any] = _Signatures()
+        self.fast: dict[Any, Any] = _Signatures()
 
 
 _shared_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {options: _TraceCache}
@@ -753,7 +773,7 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
                 f = jitted.get(key)
             except TypeError:  # (a static value that cannot be hashed: a shape given as an array)
                 return eager(*args, **kwargs)
-            if f is None: f = jitted[key] = jit(bind.with_static(static_values, dynamic))
+            if f is None: f = jitted[key] = _eager_jit(bind.with_static(static_values, dynamic))
             return f(*[values[n] for n in dynamic])
         return wrapper
     return decorate
@@ -849,4 +869,13 @@ class Graph:
         self.draw().save(path)
 
 
-jit_hook[0] = (jit, jit_state)  # eager elementwise calls run as jit of themselves (trace.jitted_elementwise)
+def _eager_jit(fn: Callable) -> Jitted:
+    """jit of a library function for its eager calls (jitted_op, trace.jitted_elementwise): its programs are
+    kept for the last EAGER_SIGNATURES signatures only, since eager code on ever new shapes would otherwise keep
+    one compiled program per shape and op (eager ops before ran through the executables' bounded cache alone)."""
+    jitted = jit(fn)
+    jitted._cache.limit = jitted._fast.limit = EAGER_SIGNATURES
+    return jitted
+
+
+jit_hook[0] = (_eager_jit, jit_state)  # eager elementwise calls run as jit of themselves (trace.jitted_elementwise)
