@@ -818,9 +818,8 @@ class _Binder:
             given = {**static, **dict(zip(dynamic, values))}
             count = max((i + 1 for i, n in enumerate(positional) if n in given), default=0)
             return fn(*[given.pop(n, defaults[n]) for n in positional[:count]], **given)
-        call.__name__ = call.__qualname__ = getattr(fn, "__name__", "an operation")
-        call.__wrapped__ = fn
-        return call
+        call.__name__ = call.__qualname__ = getattr(fn, "__name__", "an operation")  # (no __wrapped__: jit would
+        return call                                                                    # read fn's signature)
 
 
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()) -> Callable:
