@@ -453,6 +453,10 @@ def _int_bounds(u: UOp) -> tuple[int, int] | None:
             return (min(corners), max(corners))
         if u.op is Ops.DIV and c == d and c > 0 and a >= 0: return (a // c, b // c)
         if u.op is Ops.MOD and c == d and c > 0 and a >= 0: return (0, min(b, c - 1))
+    if u.op is Ops.XOR and u.dtype.is_int and not u.dtype.is_unsigned and (ones := next(
+            (i for i, s in enumerate(u.src) if s.op is Ops.CONST and s.arg.value == -1), None)) is not None:
+        a, b = u.src[1 - ones].bounds  # ~x = -x - 1 (how min(x, y) = ~max(~x, ~y) is built)
+        return (-b - 1, -a - 1)
     if u.op is Ops.WHERE:
         (a, b), (c, d) = u.src[1].bounds, u.src[2].bounds
         cond = u.src[0]

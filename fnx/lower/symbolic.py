@@ -324,7 +324,25 @@ def _load_given_gate(ld: UOp) -> UOp | None:
     if out is idx or _divisions(out) >= _divisions(idx): return None
     return UOp(Ops.LOAD, ld.dtype, (ld.src[0], out, *ld.src[2:]), ld.arg)
 
+def _widened(c: UOp) -> UOp | None:
+    """int64(int32 x + y) as int64(x) + int64(y), and int64(int32(x)) of an int64 x as x, where the value
+    bounds show that the int32 arithmetic cannot wrap: a dynamic slice's index (an int32 iota plus a start) is
+    then the loop's lane plus a uniform offset, a contiguous vector load, not a gather (an eager x[:, i:i + k]
+    took 2.4 ms on (4096, 1024) against a static slice's 0.5)."""
+    x = c.src[0]
+    if c.dtype not in _INT or x.dtype not in _INT or c.dtype.itemsize <= x.dtype.itemsize: return None
+    if x.op is Ops.CAST and x.src[0].dtype == c.dtype:
+        lo, hi = x.src[0].bounds
+        return x.src[0] if x.dtype.min <= lo <= hi <= x.dtype.max else None
+    if x.op is Ops.ADD and x.shape == ():
+        lo, hi = x.bounds
+        if (lo, hi) == (x.dtype.min, x.dtype.max): return None  # (it may wrap)
+        return x.src[0].cast(c.dtype) + x.src[1].cast(c.dtype)
+    return None
+
+
 index = PatternMatcher([
+    (UPat(Ops.CAST, name="c", src=(UPat(),)), _widened),
     (UPat(Ops.DIV, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, False)),
     (UPat(Ops.MOD, dtype=_INT, src=(UPat.var("x"), UPat.cvar("d"))), lambda x, d: _div_mod(x, d, True)),
     (UPat(Ops.CMPLT, src=(UPat.var("x", _INT), UPat.cvar("c"))), _lt_const),

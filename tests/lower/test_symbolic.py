@@ -453,3 +453,22 @@ def test_padding_a_negative_zero_constant_is_not_folded_to_a_constant():
         want = x + np.pad(np.full(3, value, dtype), 1)
         got = np.asarray(fnx.jit(lambda v: v + jnp.pad(jnp.full(3, value, dtype), 1))(x))
         np.testing.assert_array_equal(got.view(np.uint8), want.astype(got.dtype).view(np.uint8))
+
+
+@given(st.integers(-30, 30), st.integers(0, 25), st.integers(-2 ** 31, 2 ** 31 - 1))
+def test_int32_index_sums_widen_where_their_bounds_show_no_wrap(c, top, big):
+    """int64(int32(r) + start) is r + int64(start) when the bounds show the int32 sum cannot wrap, with start a
+    clamp built as min(x, top) = ~max(~x, ~top) (a dynamic slice's): then a load's index is the loop's lane plus a
+    uniform offset. A sum that may wrap (a large constant) keeps its int32 arithmetic. Brute force over the
+    ranges checks the values either way."""
+    r, s = rng(0, 40), rng(1, 3)
+    x = (s * 7 + c).cast(I32).alu(Ops.MAX, 0)
+    start = x.alu(Ops.XOR, -1).alu(Ops.MAX, -top - 1).alu(Ops.XOR, -1)
+    index = (r.cast(I32) + start).cast(I64)
+    simple = simplify_kernel(index)
+    assert_same_everywhere(index, simple, [r, s])
+    assert not [u for u in simple.toposort if u.op is Ops.CAST and r in u.toposort]  # r is added in int64
+    wrapping = (r.cast(I32) + UOp.const(I32, big)).cast(I64)
+    simple = simplify_kernel(wrapping)
+    assert_same_everywhere(wrapping, simple, [r])
+    if big > 2 ** 31 - 41: assert [u for u in simple.toposort if u.op is Ops.CAST and r in u.toposort]
