@@ -66,3 +66,45 @@ def test_fresh_jitted_lambdas_are_bounded_by_the_lru(tmp_path):
     assert result["bad"] == 0
     assert result["max_exes"] <= 32
     assert result["growth_mb"] < 60, result
+
+
+LLVM_OPTIMIZER = MEASURE + """
+from fnx.backends.cpu_llvm import _compiler
+compiler = _compiler()
+compiler.cache  # (set up)
+llvm = compiler.llvm
+source = '''
+define void @k(ptr noalias %a, ptr noalias %b, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %loop]
+  %p = getelementptr float, ptr %a, i64 %i
+  %v = load float, ptr %p
+  %w = fmul float %v, 2.0
+  %q = getelementptr float, ptr %b, i64 %i
+  store float %w, ptr %q
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}'''
+def optimize():
+    from fnx.backends.cpu_llvm import _llvm_thread
+    return _llvm_thread.submit(lambda: compiler._optimized(llvm.parse_assembly(source, llvm.create_context()))
+                               and None).result()
+for _ in range(50): optimize()
+gc.collect(); start = rss_mb()
+for _ in range(500): optimize()
+gc.collect()
+print(json.dumps({"growth_mb": rss_mb() - start}))
+"""
+
+
+def test_the_llvm_optimizer_frees_its_pipeline_each_module():
+    """500 modules through the O2 pipeline: llvmlite 0.50 never freed a ModulePassManager (70 KB a module, 35 MB
+    here; eager code on ever new shapes grew by 100 KB a shape); fnx frees it, 2 KB a module stays (the pass
+    builder's instrumentation callbacks, which llvmlite gives no way to free)."""
+    result = _run(LLVM_OPTIMIZER, FNX_CACHE_DIR="")
+    assert result["growth_mb"] < 8, result

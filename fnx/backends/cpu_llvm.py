@@ -204,8 +204,12 @@ class LLVMCompiler:
         # compiles about 15% faster than O3 with no measured loss; SLP still packs unrolled scalar code
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
         tuning.loop_vectorization, tuning.slp_vectorization = False, True
-        builder = llvm.create_pass_builder(self._machine, tuning)
-        _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+        builder = llvm.create_pass_builder(self._machine, tuning)  # (one a module: a run leaves callbacks in it)
+        passes = builder.getModulePassManager()
+        try:
+            _unlocked("LLVMPY_RunNewModulePassManager")(passes, module, builder)
+        finally:
+            _dispose_pass_manager(passes)
         return module
 
     def _object(self, source: str) -> tuple:
@@ -247,6 +251,17 @@ def _unlocked(name: str):
     llvmlite no longer wraps its functions so, this is the function itself."""
     function = getattr(ffi.lib, name)
     return getattr(function, "_cfn", function)
+
+
+def _dispose_pass_manager(passes) -> None:
+    """Free a module pass manager. llvmlite 0.50's ModulePassManager never frees its pipeline: the no-op
+    ObjectRef._dispose comes before NewPassManager's in its bases, so closing it or dropping it leaks the whole
+    O2 pipeline, 30 KB a module (eager code on ever new shapes grew by 100 KB a shape; with this, 2 KB)."""
+    if type(passes)._dispose is ffi.ObjectRef._dispose:
+        ffi.lib.LLVMPY_DisposeNewModulePassManger(passes)
+        passes.detach()
+    else:  # (an llvmlite that frees it itself)
+        passes.close()
 
 
 def _object_code(machine, module) -> bytes:
@@ -354,6 +369,16 @@ class _Modules:
 
 
 _lowerings = LRUCache(256)
+
+
+def _alias(buf: Buffer) -> Buffer:
+    """An output that is one of the inputs (a reshape, an identity) as a Buffer of its own over a numpy view of
+    the same memory: donating either Array later sees the other (Allocator.unshared counts views), so neither is
+    deleted with the other. (As one Buffer, `jit(f, donate_argnums=0)(x.reshape(-1))` deleted x too; in JAX a
+    reshape is a new array.)"""
+    host = buf._host
+    if type(buf) is not Buffer or host is None: return buf
+    return Buffer(buf.device, buf.dtype, buf.size, host.view(), buf.ptr, buf.ready)
 
 
 def _run_chunks(func, values: tuple, chunks: tuple) -> None:
@@ -586,7 +611,8 @@ class CPUExecutable(Executable):
             stream.submit(lambda: self._run(ptrs, buffers, waits), pending)
         else:
             self._run(ptrs, buffers, waits)
-        return [buffers[b] for b in self.output_ids]
+        n = len(inputs)
+        return [buffers[b] if b >= n else _alias(inputs[b]) for b in self.output_ids]
 
     def call_async(self, inputs: list[Buffer]) -> list[Buffer]:
         """Queue the call when its loops are long enough to repay the hand-off to the stream's thread (20-70 us;
@@ -613,7 +639,7 @@ class CPUExecutable(Executable):
         for func, addresses, whole in self.inline: func(*addresses(ptrs), *whole)
         if self.outputs_in_order: return outs
         by_id = {i: b for (i, *_), b in zip(self.outputs, outs)}
-        return [by_id[b] if b in by_id else inputs[b] for b in self.output_ids]
+        return [by_id[b] if b in by_id else _alias(inputs[b]) for b in self.output_ids]
 
     def single_output_call(self):
         """For jit's fast path: a function from the argument Arrays to the one output Buffer through the lean path

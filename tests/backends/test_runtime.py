@@ -174,6 +174,30 @@ def test_donation_is_skipped_while_a_numpy_view_or_another_argument_shares_the_m
     np.testing.assert_array_equal(np.asarray(out), x_np * 3)
 
 
+def test_donating_a_reshape_or_an_identity_result_keeps_the_array_it_came_from():
+    """A reshape (eager or jitted) and jit(lambda x: x) return their input's memory; donating the result leaves
+    the original valid, and donating the original leaves the result valid, as in JAX, where they are distinct
+    arrays. (They shared one Buffer, and the donation deleted both.)"""
+    double = fnx.jit(lambda x: x * 2.0, donate_argnums=0)
+    same = fnx.jit(lambda x: x)
+    x_np = np.arange(6, dtype=np.float32)
+    for make in (lambda x: x.reshape(2, 3), lambda x: fnx.jit(lambda x: x.reshape(3, 2))(x), same):
+        x = jnp.asarray(x_np) * 1.0
+        view = make(x)
+        out = double(view)
+        np.testing.assert_array_equal(np.asarray(out).reshape(-1), x_np * 2)
+        np.testing.assert_array_equal(np.asarray(x), x_np)
+        np.testing.assert_array_equal(np.asarray(view).reshape(-1), x_np)
+        x = jnp.asarray(x_np) * 1.0
+        view = make(x)
+        out = double(x)
+        np.testing.assert_array_equal(np.asarray(view).reshape(-1), x_np)
+        np.testing.assert_array_equal(np.asarray(out), x_np * 2)
+    x = jnp.asarray(x_np) * 1.0
+    double(x)
+    assert x.is_deleted()  # (nothing else shares it: donated)
+
+
 @pytest.mark.parametrize("fun", [
     lambda x: x[::-1] + 1.0,                            # reads another element than it writes
     lambda x: x.T * 2.0,                                 # a transpose reads across the output
