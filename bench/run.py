@@ -15,6 +15,7 @@ import argparse
 import ctypes
 import datetime
 import functools
+import itertools
 import json
 import math
 import os
@@ -584,6 +585,15 @@ def w13_gpt_first_call():
     return rows
 
 
+def _set_row(x, i):
+    """x.at[i].set(0.0) (a copy of numpy's x with row i zeroed)."""
+    if isinstance(x, np.ndarray):
+        x = x.copy()
+        x[i] = 0.0
+        return x
+    return x.at[i].set(0.0)
+
+
 def w14_eager_ops():
     """Eager (not jitted) calls on a (64, 128) float32 array, each blocked on: the per-op cost of notebook-style
     code. One row per op, fnx against numpy and JAX's eager op."""
@@ -591,7 +601,9 @@ def w14_eager_ops():
     ops = {"x * 2.0": lambda lib, nn, x: x * 2.0, "mean(-1)": lambda lib, nn, x: x.mean(-1),
            "where(x > 0, x, 0.0)": lambda lib, nn, x: lib.where(x > 0, x, 0.0),
            "x @ x.T": lambda lib, nn, x: x @ x.T, "softmax": lambda lib, nn, x: nn.softmax(x),
-           "gelu": lambda lib, nn, x: nn.gelu(x), "x.reshape(128, 64)": lambda lib, nn, x: x.reshape(128, 64)}
+           "gelu": lambda lib, nn, x: nn.gelu(x), "x.reshape(128, 64)": lambda lib, nn, x: x.reshape(128, 64),
+           "x[i], i = 0..63": lambda lib, nn, x, i=itertools.count(): x[next(i) % 64],
+           "x.at[i].set(0.0), i = 0..63": lambda lib, nn, x, i=itertools.count(): _set_row(x, next(i) % 64)}
 
     def np_softmax(x):
         e = np.exp(x - x.max(-1, keepdims=True))

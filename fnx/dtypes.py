@@ -235,6 +235,17 @@ def requested(x: Any, where: str = "") -> DType:
                       "\"jax_enable_x64\", True)).", UserWarning, stacklevel=3)
     return narrow
 
+def narrowed(x: Any) -> bool:
+    """Whether `requested(x)` narrows a 64-bit dtype (and warns); True for what is no dtype at all (its caller
+    then runs the code that raises the error)."""
+    if x is None or isinstance(x, DType): return False
+    try:
+        dtype = to_dtype(x)
+    except Exception:  # noqa: BLE001 (any error: the caller's own path raises it properly)
+        return True
+    return canonicalize(dtype) is not dtype
+
+
 _NP_OF = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in ALL_DTYPES}
 _BY_NAME = {d.name: d for d in ALL_DTYPES} | {"bool_": bool_}
 _BY_NP = {_NP_OF[d.name]: d for d in ALL_DTYPES}

@@ -32,7 +32,7 @@ from fnx.trace import (Array, apply_operator, as_array, as_operand, broadcast_ar
                        check_operand, eager_op, elementwise, imag_part, inexact_dtype, is_python_scalar, make_complex,
                        normalize_axes, prepare, promote, real_part, shape_str, stack_arrays, state, with_weak)
 from fnx.transforms.custom import custom_jvp, pure
-from fnx.transforms.jit import jitted_op
+from fnx.transforms.jit import eager_jit, jit_state, jitted_op
 
 # ---- dtype names and constants ----
 
@@ -190,21 +190,21 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> Array:
     return _broadcast(value, shape, "full")
 
 
-@eager_op
+@jitted_op("shape", "dtype")
 def zeros(shape: Any, dtype: Any = None) -> Array:
     """An array of zeros (float32 unless `dtype` is given)."""
     dt = dtypes.requested(dtype, "zeros") if dtype is not None else dtypes.default_float()
     return lax.full(_shape_arg(shape, "zeros"), 0, dt)
 
 
-@eager_op
+@jitted_op("shape", "dtype")
 def ones(shape: Any, dtype: Any = None) -> Array:
     """An array of ones (float32 unless `dtype` is given)."""
     dt = dtypes.requested(dtype, "ones") if dtype is not None else dtypes.default_float()
     return lax.full(_shape_arg(shape, "ones"), 1, dt)
 
 
-@eager_op
+@jitted_op("shape", "dtype")
 def empty(shape: Any, dtype: Any = None) -> Array:
     """An array of `shape`; as in JAX, its values are zeros (arrays are never uninitialized)."""
     return zeros(shape, dtype)
@@ -220,19 +220,19 @@ def _weak_like(out: Array, a: Any, dtype: Any) -> Array:
     return with_weak(out, dtype is None and isinstance(a, Array) and a.weak_type)
 
 
-@eager_op
+@jitted_op("dtype", "shape")
 def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Zeros with the shape and dtype of `a` (overridable)."""
     return _weak_like(zeros(*_like(a, dtype, shape)), a, dtype)
 
 
-@eager_op
+@jitted_op("dtype", "shape")
 def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Ones with the shape and dtype of `a` (overridable)."""
     return _weak_like(ones(*_like(a, dtype, shape)), a, dtype)
 
 
-@eager_op
+@jitted_op("dtype", "shape")
 def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     """Zeros with the shape and dtype of `a` (overridable), as `jax.numpy.empty_like`."""
     return _weak_like(zeros(*_like(a, dtype, shape)), a, dtype)
@@ -296,7 +296,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     return (values, cast(step, dt if dt.is_float else dtypes.default_float())) if retstep else values
 
 
-@eager_op
+@jitted_op("N", "M", "k", "dtype")
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     """A 2-D array with ones on the k-th diagonal and zeros elsewhere (float32 by default)."""
     shape = lax.canonical_shape((N, N if M is None else M), "eye")
@@ -305,7 +305,7 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None) -> Array:
     return cast(diagonal, dtypes.requested(dtype, "eye") if dtype is not None else dtypes.default_float())
 
 
-@eager_op
+@jitted_op("n", "dtype")
 def identity(n: int, dtype: Any = None) -> Array:
     """The n x n identity matrix."""
     return eye(n, dtype=dtype)
@@ -487,7 +487,7 @@ def _power_compute(x: Array, y: Array) -> Array:
 _power_ufunc = elementwise("power", _power_compute, numeric=True)
 
 
-@eager_op
+@jitted_op(static_ints=("x2",), promoted=("x1", "x2"))  # (an int exponent is static: lax.integer_pow's)
 def power(x1: Any, x2: Any) -> Array:
     """x1 ** x2 elementwise. A static Python int exponent uses repeated multiplication (lax.integer_pow);
     integer arrays use square-and-multiply; floats use exp2(y*log2|x|) with numpy's sign/zero/inf rules."""
@@ -940,7 +940,7 @@ trunc = _rounding("trunc", lax.trunc, "Round toward zero elementwise (integers a
 rint = _rounding("rint", _rint, "Round half to even elementwise.")
 
 
-@eager_op
+@jitted_op("decimals")
 def round(a: Any, decimals: int = 0) -> Array:  # noqa: A001
     """Round half to even to `decimals` decimal places (like numpy: scale, round, unscale)."""
     x = as_operand(a, "round")
@@ -1283,7 +1283,7 @@ def _resolve_shape(shape: Any, size: int, name: str) -> tuple[int, ...]:
     return tuple(size // known if s == -1 else s for s in shape)
 
 
-@eager_op
+@jitted_op("shape", "order", "newshape")
 def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None) -> Array:
     """`a` with a new shape of the same size (one entry may be -1). Only C order is supported."""
     x = as_operand(a, "reshape")
@@ -1292,13 +1292,13 @@ def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None
                  x.weak_type)
 
 
-@eager_op
+@jitted_op("order")
 def ravel(a: Any, order: str = "C") -> Array:
     """The flattened (1-D) array."""
     return reshape(a, (-1,), order)
 
 
-@eager_op
+@jitted_op("axes")
 def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
     """Permute the axes (reverse them when `axes` is None)."""
     x = as_operand(a, "transpose")
@@ -1306,7 +1306,7 @@ def transpose(a: Any, axes: Sequence[int] | None = None) -> Array:
     return with_weak(lax.transpose(x, perm), x.weak_type)
 
 
-@eager_op
+@jitted_op("axis1", "axis2")
 def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
     """Exchange two axes."""
     x = as_operand(a, "swapaxes")
@@ -1316,7 +1316,7 @@ def swapaxes(a: Any, axis1: int, axis2: int) -> Array:
     return transpose(x, perm)
 
 
-@eager_op
+@jitted_op("source", "destination")
 def moveaxis(a: Any, source: Any, destination: Any) -> Array:
     """Move axes `source` to positions `destination` (ints or sequences of equal length)."""
     x = as_operand(a, "moveaxis")
@@ -1328,7 +1328,7 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Array:
     return transpose(x, perm)
 
 
-@eager_op
+@jitted_op("axis")
 def expand_dims(a: Any, axis: Any) -> Array:
     """Insert size-1 axes at positions `axis` (int or tuple) of the result."""
     x = as_operand(a, "expand_dims")
@@ -1338,7 +1338,7 @@ def expand_dims(a: Any, axis: Any) -> Array:
     return reshape(x, tuple(1 if i in axes else next(dims) for i in range(x.ndim + count)))
 
 
-@eager_op
+@jitted_op("axis")
 def squeeze(a: Any, axis: Any = None) -> Array:
     """Remove size-1 axes (all of them, or those in `axis`; ValueError if one of those is not size 1)."""
     x = as_operand(a, "squeeze")
@@ -1349,7 +1349,7 @@ def squeeze(a: Any, axis: Any = None) -> Array:
     return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
 
-@eager_op
+@jitted_op("shape")
 def broadcast_to(array: Any, shape: Any) -> Array:
     """`array` broadcast to `shape` with numpy's rules."""
     return _broadcast(as_operand(array, "broadcast_to"), _shape_arg(shape, "broadcast_to"))
@@ -1392,7 +1392,7 @@ def _slice_axis(x: Array, start: int, stop: int, axis: int) -> Array:
     return lax.slice_in_dim(x, start, stop, axis=axis)
 
 
-@eager_op
+@jitted_op("indices_or_sections", "axis")
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
     """Split into equal sections (an int that divides the axis) or at the given indices."""
     x = as_operand(ary, "split")
@@ -1410,7 +1410,7 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Array]:
     return [_slice_axis(x, lo, builtins.max(lo, hi), axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-@eager_op
+@jitted_op("reps")
 def tile(A: Any, reps: Any) -> Array:
     """Repeat the whole array `reps` times along each axis."""
     x = as_operand(A, "tile")
@@ -1442,7 +1442,7 @@ def repeat(a: Any, repeats: Any, axis: int | None = None, total_repeat_length: i
     return with_weak(lax.gather_axis(x, lax.constant_array(index), axis), x.weak_type)
 
 
-@eager_op
+@jitted_op("axis")
 def flip(m: Any, axis: Any = None) -> Array:
     """Reverse the order of elements along `axis` (None: all axes)."""
     x = as_operand(m, "flip")
@@ -1468,7 +1468,7 @@ def _pad_side(x: Array, axis: int, width: int, before: bool, mode: str) -> Array
     return x
 
 
-@eager_op
+@jitted_op("pad_width", "mode", "constant_values")  # (a number or one per side: static, as pad_width)
 def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Array:
     """Pad with `pad_width` ((before, after) per axis, or one pair / int for all) in mode 'constant'
     (`constant_values`), 'edge', 'reflect', 'symmetric' or 'wrap', like numpy.pad."""
@@ -1549,7 +1549,7 @@ def _prep_pair(name: str, a: Any, b: Any, preferred: Any = None) -> tuple[list[A
     return [cast(x, dt), cast(y, dt)], weak and preferred is None
 
 
-@eager_op
+@jitted_op("axes", "precision", "preferred_element_type")
 def tensordot(a: Any, b: Any, axes: Any = 2, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Sum products over the last `axes` axes of a and the first of b (int), or over axes pairs
     ((a_axes), (b_axes)). The result has a's free axes, then b's. (`precision`, `preferred_element_type`: as
@@ -1582,7 +1582,7 @@ def dot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = 
                      preferred_element_type=preferred_element_type)
 
 
-@eager_op
+@jitted_op("precision", "preferred_element_type")
 def vdot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Dot product of the flattened arrays, the first conjugated (as numpy's)."""
     x = as_operand(a, "vdot")
@@ -1590,7 +1590,7 @@ def vdot(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any =
     return dot(ravel(x), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
 
-@eager_op
+@jitted_op("precision", "preferred_element_type")
 def inner(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any = None) -> Array:
     """Sum of products over the last axes of a and b."""
     (x, y), _ = _prep_pair("inner", a, b)
@@ -1599,7 +1599,7 @@ def inner(a: Any, b: Any, *, precision: Any = None, preferred_element_type: Any 
                      preferred_element_type=preferred_element_type)
 
 
-@eager_op
+@jitted_op()
 def outer(a: Any, b: Any) -> Array:
     """out[i, j] = a[i] * b[j] of the flattened arrays."""
     x, y = ravel(a), ravel(b)
@@ -1695,7 +1695,7 @@ def _normalize_index(i: Array, n: int) -> Array:
     return where(i < 0, i + n, i)
 
 
-@eager_op
+@jitted_op("axis", "mode", promoted=("a", "fill_value"))
 def take(a: Any, indices: Any, axis: int | None = None, mode: str | None = None, fill_value: Any = None) -> Array:
     """Elements of `a` at `indices` along `axis` (None: of the flattened array); negative indices count from the
     end. Out-of-range indices: mode 'fill' (default, as in JAX: NaN / min int / max uint / True, or
@@ -1734,7 +1734,7 @@ def _index_dtype(size: int) -> DType:
     return dtypes.int32 if size < 2**31 else dtypes.int64
 
 
-@eager_op
+@jitted_op("axis", "mode", promoted=("arr", "fill_value"))
 def take_along_axis(arr: Any, indices: Any, axis: int | None, mode: str | None = None,
                     fill_value: Any = None) -> Array:
     """out[..., i, ...] = arr[..., indices[..., i, ...], ...] along `axis`; the other axes broadcast.
@@ -1791,7 +1791,8 @@ def _expand_key(x: Array, key: Any) -> list[tuple[str, Any]]:
     key = key if isinstance(key, tuple) else (key,)
     items: list[tuple[str, Any]] = []
     for k in key:
-        if k is None or k is Ellipsis or isinstance(k, slice): items.append(("none" if k is None else "ellipsis"
+        if type(k) is _Dynamic: items.append(("int" if k.count is None else "slice", k))
+        elif k is None or k is Ellipsis or isinstance(k, slice): items.append(("none" if k is None else "ellipsis"
                                                                               if k is Ellipsis else "slice", k))
         elif isinstance(k, (bool, np.bool_)):
             items += [("none", None), ("mask0", bool(k))]
@@ -1820,7 +1821,8 @@ def _expand_key(x: Array, key: Any) -> list[tuple[str, Any]]:
     return items[:pos] + fill + items[pos + 1:]
 
 
-def _apply_slice(x: Array, axis: int, s: slice) -> Array:
+def _apply_slice(x: Array, axis: int, s: slice | _Dynamic) -> Array:
+    if type(s) is _Dynamic: return lax.dynamic_slice_in_dim(x, s.value, s.count, axis, allow_negative_indices=False)
     n = x.shape[axis]
     start, stop, step = s.indices(n)
     count = len(range(start, stop, step))
@@ -1848,15 +1850,18 @@ def _index(x: Array, key: Any, fill: Any = None) -> Array:
             raise IndexError(at_user_line(f"indexing: index {value} is out of bounds for axis {axis} with size 0 "
                                           f"(array of shape {x.shape})"))
         if kind == "int" and not advanced:
-            value = builtins.min(builtins.max(value + n if value < 0 else value, 0), n - 1)
-            out = _slice_axis(out, value, value + 1, axis)
+            if type(value) is _Dynamic:
+                out = lax.dynamic_slice_in_dim(out, value.value, 1, axis, allow_negative_indices=False)
+            else:
+                value = builtins.min(builtins.max(value + n if value < 0 else value, 0), n - 1)
+                out = _slice_axis(out, value, value + 1, axis)
             drop.append(axis)
         elif kind == "slice":
             out = _apply_slice(out, axis, value)
         else:
             adv_axes.append(axis)  # an int beyond int32 is out of range either way: clamp it to stay so
-            adv_arrays.append(lax.full((), builtins.min(builtins.max(value, -2**31), 2**31 - 1), dtypes.int32)
-                              if kind == "int" else value)
+            adv_arrays.append(value if kind != "int" else value.value if type(value) is _Dynamic else
+                              lax.full((), builtins.min(builtins.max(value, -2**31), 2**31 - 1), dtypes.int32))
         axis += 1
     if drop: out = lax.reshape(out, tuple(s for i, s in enumerate(out.shape) if i not in drop))
     if not adv_axes: return with_weak(out, x.weak_type)
@@ -1894,9 +1899,92 @@ def _advanced(x: Array, axes: list[int], indices: list[Array], fill: Any) -> Arr
     return where(_broadcast(valid, out_shape), out, _full(out, fill))
 
 
-@eager_op
+class _Dynamic:
+    """An entry of an eager call's index whose value is an argument of its jit (_index_plan): an int index
+    (`count` None), or the start of a unit-step slice of `count` elements. `value` is the traced int32."""
+    __slots__ = ("value", "count")
+
+    def __init__(self, value: Array, count: int | None):
+        self.value, self.count = value, count
+
+
+def _index_plan(shape: tuple[int, ...], key: Any) -> tuple[tuple, list[int]] | None:
+    """An eager x[key]'s form and the int values that its jit takes as arguments, for a key of ints, slices,
+    None, Ellipsis and bools: each int index, normalized (-1 is n - 1), and each unit-step slice's start where
+    it is not 0 (with the slice's length in the form). So `x[i]` and `x[i:i + 64]` in a loop compile one program,
+    as JAX's dynamic slices do, not one per i (9-10 ms each). None for any other key, and for an int out of
+    range (clamped by x[key], dropped by x.at[key]): those run op by op."""
+    key = key if type(key) is tuple else (key,)
+    consumed, ellipses = 0, 0
+    for k in key:
+        if k is Ellipsis: ellipses += 1
+        elif isinstance(k, slice):
+            if not builtins.all(v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)))
+                                for v in (k.start, k.stop, k.step)): return None
+            consumed += 1
+        elif isinstance(k, (int, np.integer)): consumed += not isinstance(k, (bool, np.bool_))
+        elif k is not None and not isinstance(k, np.bool_): return None
+    if ellipses > 1 or consumed > len(shape) or builtins.max(shape, default=0) >= 2 ** 31: return None
+    form, values, axis = [], [], 0
+    for k in key:
+        if k is None or isinstance(k, (bool, np.bool_)):
+            form.append(k if k is None else bool(k))
+        elif k is Ellipsis:
+            form.append(k)
+            axis += len(shape) - consumed
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(shape[axis])
+            if step == 1 and start and (count := builtins.max(stop - start, 0)):
+                form.append(("window", count))
+                values.append(start)
+            else:
+                form.append(("slice",) + tuple(v if v is None else int(v) for v in (k.start, k.stop, k.step)))
+            axis += 1
+        else:
+            n, i = shape[axis], int(k)
+            i = i + n if i < 0 else i
+            if not 0 <= i < n: return None
+            form.append(("int",))
+            values.append(i)
+            axis += 1
+    return tuple(form), values
+
+
+def _planned_key(form: tuple, values: Sequence[Array]) -> tuple:
+    """The index of `form` (_index_plan) with its int values `values` (traced) in their places."""
+    values, key = iter(values), []
+    for e in form:
+        if type(e) is not tuple: key.append(e)
+        elif e[0] == "slice": key.append(slice(*e[1:]))
+        else: key.append(_Dynamic(next(values), e[1] if e[0] == "window" else None))
+    return tuple(key)
+
+
+_index_jits = _trace.LRUCache(256)  # an eager index's form -> the jit of that indexing (or of an .at[] update)
+
+
+def _jitted_index(name: str, form: tuple, fn: Any) -> Any:
+    """The eager jit for indexing of `form` by `fn`, kept per (name, form)."""
+    if (f := _index_jits.get((name, form))) is None:
+        fn.__name__ = fn.__qualname__ = name
+        f = _index_jits.put((name, form), eager_jit(fn))
+    return f
+
+
+def _eager_plan(x: Any, key: Any) -> tuple[tuple, list[int]] | None:
+    """_index_plan of x[key] where x[key] or x.at[key] may run as jit of itself: outside a trace and jit off."""
+    if state.depth or jit_state.disabled or type(x) is not Array or x._buffer is None: return None
+    return _index_plan(x.shape, key)
+
+
+_getitem_eager = eager_op(lambda x, key: _index(x, key))
+
+
 def _getitem(x: Array, key: Any) -> Array:
-    return _index(x, key)
+    """x[key]: outside a trace, jit of the indexing, with ints and slice starts as arguments (_index_plan)."""
+    if (plan := _eager_plan(x, key)) is None: return _getitem_eager(x, key)
+    form, values = plan
+    return _jitted_index("getitem", form, lambda a, *v: _index(a, _planned_key(form, v)))(x, *values)
 
 
 _GATHER_MODES = {None: "clip", "clip": "clip", "promise_in_bounds": "clip", "fill": "fill", "drop": "fill"}
@@ -1911,10 +1999,26 @@ def _out_of_bounds_mode(mode: Any, modes: dict, name: str) -> str:
     return modes[mode]
 
 
-@eager_op
 def _scatter(x: Array, key: Any, values: Any, mode: str, out_of_bounds: str = "drop") -> Array:
     """A copy of x with x[key] combined with `values` (broadcast) by `mode`; out-of-range updates are dropped (as
-    JAX's default) or, with out_of_bounds='clip', applied at the clamped index."""
+    JAX's default) or, with out_of_bounds='clip', applied at the clamped index. Outside a trace, jit of the
+    update, with the key's ints as arguments (_index_plan) and `values` one too (a Python number where it
+    converts exactly as a weak argument; else op by op)."""
+    plan = _eager_plan(x, key)
+    if plan is None or not (type(values) is Array or _trace.numbers_convert_exactly([x, values]) and (
+            type(values) in (bool, int, float) or isinstance(values, np.ndarray))):
+        return _scatter_eager(x, key, values, mode, out_of_bounds)
+    form, starts = plan
+    return _jitted_index(f"at[].{mode}", (form, mode, out_of_bounds), lambda a, v, *i: _scatter_traced(
+        a, _planned_key(form, i), v, mode, out_of_bounds))(x, values, *starts)
+
+
+@eager_op
+def _scatter_eager(x: Array, key: Any, values: Any, mode: str, out_of_bounds: str = "drop") -> Array:
+    return _scatter_traced(x, key, values, mode, out_of_bounds)
+
+
+def _scatter_traced(x: Array, key: Any, values: Any, mode: str, out_of_bounds: str) -> Array:
     iota = lax.reshape(lax.iota(_index_dtype(x.size), x.size), x.shape)
     positions = _index(iota, key, fill=-1 if out_of_bounds == "drop" else None)
     updates = _broadcast(cast(as_operand(values, f"at[].{mode}"), _dt(x)), positions.shape, f"at[].{mode}")

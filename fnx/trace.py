@@ -1122,11 +1122,30 @@ left_shift = _shift(Ops.SHL, "left_shift")
 right_shift = _shift(Ops.SHR, "right_shift")
 
 
-@eager_op
 def astype(x: Any, dtype: Any, /, *, copy: bool = False, device: Any = None) -> Array:
     """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is x != 0), strongly typed; then put
-    on `device` when one is given (`fnx.device_put`). `copy` changes nothing: arrays are immutable."""
-    out = with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)
+    on `device` when one is given (`fnx.device_put`). `copy` changes nothing: arrays are immutable. An eager
+    call on a concrete Array runs jit of the conversion to that dtype (one per dtype), as jitted_elementwise."""
+    if (device is None and type(x) is Array and x._buffer is not None and not state.depth
+            and (hook := jit_hook[0]) is not None and not hook[1].disabled):
+        target = dtypes.requested(dtype, "astype")
+        if (f := _astype_jits.get(target)) is None:
+            f = _astype_jits[target] = hook[0](functools.partial(_astype, dtype=target))
+            f._name = "astype"
+        return f(x)
+    return _astype_eager(x, dtype, device)
+
+
+_astype_jits: dict = {}  # dtype -> the jit of the eager conversion to it
+
+
+def _astype(x: Any, dtype: Any) -> Array:
+    return with_weak(cast(as_operand(x, "astype"), dtypes.requested(dtype, "astype")), False)
+
+
+@eager_op
+def _astype_eager(x: Any, dtype: Any, device: Any) -> Array:
+    out = _astype(x, dtype)
     return out if device is None else device_put_hook(out, device)
 
 

@@ -16,10 +16,10 @@ from fnx import events
 rng = np.random.default_rng(17)
 
 
-def traces_of(fn):
-    """(fn's result, the names of the traces it started)."""
+def traces_of(fn, cats=("trace",)):
+    """(fn's result, the names of the traces (or other events of `cats`) it started)."""
     names = []
-    stop = events.listen(lambda e: names.append(e.name) if e.cat == "trace" else None)
+    stop = events.listen(lambda e: names.append(e.name) if e.cat in cats else None)
     try:
         return fn(), names
     finally:
@@ -228,3 +228,113 @@ def test_an_eager_ops_programs_are_bounded():
     first, names = traces_of(lambda: np.asarray(xs[0] * 2.5))
     assert names == ["multiply"]  # (the first shape's program went)
     np.testing.assert_array_equal(first, np.arange(3, dtype=np.float32) * 2.5)
+
+
+def test_eager_indexing_in_a_loop_traces_once_per_form_and_matches_numpy():
+    """x[i], x[i:i + k], x[i, ..., j], x[:, i] and x.at[i].set/add for every i: the ints and slice starts are
+    arguments of one jit per form of the key (9-10 ms a compile each before), and every value is numpy's, with
+    negative ints counted from the end."""
+    a = rng.standard_normal((9, 5, 4)).astype(np.float32)
+    x = jnp.asarray(a)
+    forms = [(lambda i: x[i], lambda i: a[i]),
+             (lambda i: x[i:i + 3], lambda i: a[i:i + 3]),
+             (lambda i: x[i, ..., i % 4], lambda i: a[i, ..., i % 4]),
+             (lambda i: x[:, i % 5, None], lambda i: a[:, i % 5, None]),
+             (lambda i: x[-1 - i, 1:4, ::2], lambda i: a[-1 - i, 1:4, ::2]),
+             (lambda i: x.at[i].set(2.5), lambda i: np.concatenate([a[:i], np.full((1, 5, 4), 2.5, np.float32),
+                                                                   a[i + 1:]])),
+             (lambda i: x.at[i, 1:3].add(x[0, :2]), lambda i: _added(a, i))]
+    for k, (got, expect) in enumerate(forms):
+        for i in range(3):  # (the first calls trace: x[0:3] has a static start, x[1:4] a window)
+            np.testing.assert_array_equal(np.asarray(got(i)), expect(i), err_msg=f"form {k}, i={i}")
+        results, names = traces_of(lambda: [np.asarray(got(i)) for i in range(3, 6)], ("trace", "lower"))
+        assert names == [], (k, names)  # (op by op, each new i lowered and compiled a program)
+        for i, r in zip(range(3, 6), results):
+            np.testing.assert_array_equal(r, expect(i), err_msg=f"form {k}, i={i}")
+
+
+def _added(a, i):
+    out = a.copy()
+    out[i, 1:3] += a[0, :2]
+    return out
+
+
+def test_eager_indexing_keeps_jaxs_out_of_range_and_advanced_rules():
+    """Out-of-range ints (op by op): x[10] of 9 rows is the last row, x.at[10].set drops the update, as in JAX;
+    an int next to an index array follows numpy's advanced-indexing axis rule; a float16 array's .at[].set of a
+    Python float converts it once, straight from the Python value; bad keys raise at the user's line."""
+    a = rng.standard_normal((9, 5, 4)).astype(np.float32)
+    x = jnp.asarray(a)
+    np.testing.assert_array_equal(np.asarray(x[10]), a[8])
+    np.testing.assert_array_equal(np.asarray(x[-10]), a[0])
+    np.testing.assert_array_equal(np.asarray(x.at[10].set(0.0)), a)
+    np.testing.assert_array_equal(np.asarray(x[3:100]), a[3:100])
+    idx = np.array([2, 0, 3])
+    for i in range(2):
+        np.testing.assert_array_equal(np.asarray(x[i, :, jnp.asarray(idx)]), a[i, :, idx])
+        np.testing.assert_array_equal(np.asarray(x[jnp.asarray(idx), i]), a[idx, i])
+    h = jnp.asarray(np.zeros(4, np.float16))
+    assert float(h.at[1].set(1 + 2 ** -11 + 2 ** -40)[1]) == float(np.float16(1 + 2 ** -11 + 2 ** -40))
+    with pytest.raises(IndexError, match=r"too many indices(.|\n)*at .*test_eager_dispatch.py"):
+        x[1, 2, 3, 4]
+    with pytest.raises(IndexError, match="one ellipsis"):
+        x[..., 1, ...]
+    with pytest.raises(TypeError, match=r"at\[\]\.set(.|\n)*\(7,\)(.|\n)*at .*test_eager_dispatch.py"):
+        x.at[1].set(jnp.ones(7))
+
+
+def test_eager_indexing_of_a_concrete_array_inside_jit_and_vmap_is_traced():
+    """The eager fast path stays out of traces: an index under jit and vmap, and the grad through it, are
+    numpy's and finite differences'."""
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    f = fnx.jit(lambda x, i: x[i] * x[2:4].sum())
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(a), 4)), a[4] * a[2:4].sum(), rtol=1e-5)
+    rows = fnx.vmap(lambda r: r[1:3].sum() + r[-1])(jnp.asarray(a))
+    np.testing.assert_allclose(np.asarray(rows), a[:, 1:3].sum(1) + a[:, -1], rtol=1e-5)
+    g = fnx.grad(lambda x: (x[3] ** 2).sum() + x.at[1].set(0.0).sum())(jnp.asarray(a))
+    expect = np.ones_like(a)
+    expect[1] = 0
+    expect[3] += 2 * a[3]
+    np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-5)
+
+
+def test_shape_creation_and_other_functions_trace_once_and_match_numpy():
+    """The shape functions, astype, power, the creation functions, take, pad, round, split and the products run
+    as jit of themselves: a second call on new values traces nothing, and each result is numpy's."""
+    shape = (5, 9, 3)  # (a shape no other test uses)
+
+    def calls(x, i):
+        return [x.reshape(15, 9), jnp.reshape(x, (-1,)), x.T, jnp.swapaxes(x, 0, 2), jnp.moveaxis(x, 0, -1),
+                jnp.expand_dims(x, 1), jnp.squeeze(x[:1]), jnp.broadcast_to(x[0], (2, 9, 3)), jnp.flip(x, 1),
+                jnp.tile(x[0, 0], (2, 2)), x.astype(jnp.int32), x ** 2, jnp.power(x, 0.5), jnp.zeros((2, 3)),
+                jnp.ones_like(x, dtype=jnp.int8), jnp.eye(4, k=1), jnp.take(x, i, axis=1),
+                jnp.pad(x[0], ((1, 2), (0, 1)), constant_values=1.5), jnp.round(x * 10, 1), jnp.split(x, [2], 1)[1],
+                jnp.tensordot(x, x, axes=[[1, 2], [1, 2]]), jnp.outer(x[0, 0], x[1, 1]), jnp.vdot(x, x),
+                jnp.inner(x[0], x[1])]
+
+    def expected(a, i):
+        return [a.reshape(15, 9), a.reshape(-1), a.T, np.swapaxes(a, 0, 2), np.moveaxis(a, 0, -1),
+                np.expand_dims(a, 1), np.squeeze(a[:1]), np.broadcast_to(a[0], (2, 9, 3)), np.flip(a, 1),
+                np.tile(a[0, 0], (2, 2)), a.astype(np.int32), a ** 2, a ** 0.5, np.zeros((2, 3)),
+                np.ones(a.shape, np.int8), np.eye(4, k=1), np.take(a, i, axis=1),
+                np.pad(a[0], ((1, 2), (0, 1)), constant_values=1.5), np.round(a * 10, 1), np.split(a, [2], 1)[1],
+                np.tensordot(a, a, axes=[[1, 2], [1, 2]]), np.outer(a[0, 0], a[1, 1]), np.vdot(a, a),
+                np.inner(a[0], a[1])]
+
+    def run(a, i):
+        return [np.asarray(r) for r in calls(jnp.asarray(a), jnp.asarray(i))]
+    first = [rng.random(shape).astype(np.float32) * 4, np.array([8, 0, -1, 3])]
+    second = [rng.random(shape).astype(np.float32) * 4, np.array([1, 7, 2, -9])]
+    run(*first)
+    got, names = traces_of(lambda: run(*second), ("trace", "lower", "cache"))
+    assert not [n for n in names if "cache hit" not in n], names  # (nothing traced or lowered again)
+    hits = {n.split(":")[0].removeprefix("jit ") for n in names}
+    assert {"reshape", "transpose", "swapaxes", "moveaxis", "expand_dims", "squeeze", "broadcast_to", "flip", "tile",
+            "astype", "power", "zeros", "ones_like", "eye", "take", "pad", "round", "split", "tensordot", "outer",
+            "vdot", "inner", "getitem"} <= hits, hits
+    for k, (g, w) in enumerate(zip(got, expected(second[0].astype(np.float64), second[1]))):
+        assert g.shape == w.shape, k
+        if g.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, w if k != 10 else second[0].astype(np.int32), err_msg=str(k))
+        else:
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-5, err_msg=str(k))

@@ -110,7 +110,7 @@ class _RunEagerly:
 RUN_EAGERLY = _RunEagerly()
 
 
-EAGER_SIGNATURES = 32  # signatures (shapes, dtypes) an eager op's jit keeps programs for (`_eager_jit`)
+EAGER_SIGNATURES = 32  # signatures (shapes, dtypes) an eager op's jit keeps programs for (`eager_jit`)
 
 
 class _Signatures(dict):
@@ -759,11 +759,14 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
                 names = [n for n, v in values.items() if not isinstance(v, arrays) and not (
                     isinstance(v, (list, tuple)) and any(isinstance(e, arrays) for e in v))]
             for n in names:
-                if isinstance(values[n], list): values[n] = tuple(values[n])
+                if isinstance(values[n], (list, tuple)): values[n] = _tupled(values[n])
                 if automatic and not _plain(values[n]): return eager(*args, **kwargs)  # (an object of another kind)
             if any(isinstance(v, list) for n, v in values.items() if n not in names):
                 return eager(*args, **kwargs)  # (an array given as a list: converted where the function wants it)
-            if promoted and not numbers_convert_exactly([values[n] for n in promoted if n in values]):
+            if any(dtypes.narrowed(values.get(n)) for n in _DTYPE_NAMES if n in names):
+                return eager(*args, **kwargs)  # (a 64-bit dtype with x64 off: JAX's warning on every call)
+            if promoted and not numbers_convert_exactly([values[n] for n in promoted
+                                                         if n in values and n not in names]):
                 return eager(*args, **kwargs)
             # static: the named arguments and every None (no leaves); the rest, in order, the jit's arguments
             dynamic = tuple(n for n, v in values.items() if v is not None and n not in names)
@@ -773,10 +776,18 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
                 f = jitted.get(key)
             except TypeError:  # (a static value that cannot be hashed: a shape given as an array)
                 return eager(*args, **kwargs)
-            if f is None: f = jitted[key] = _eager_jit(bind.with_static(static_values, dynamic))
+            if f is None: f = jitted[key] = eager_jit(bind.with_static(static_values, dynamic))
             return f(*[values[n] for n in dynamic])
         return wrapper
     return decorate
+
+
+_DTYPE_NAMES = ("dtype", "preferred_element_type")  # static arguments that name a dtype a user requests
+
+
+def _tupled(v: list | tuple) -> tuple:
+    """A static list, and the lists in it, as tuples (tensordot's axes=[[1], [0]]), so that it can be a key."""
+    return tuple(_tupled(e) if isinstance(e, (list, tuple)) else e for e in v)
 
 
 def _typed(v: Any) -> Any:
@@ -868,7 +879,7 @@ class Graph:
         self.draw().save(path)
 
 
-def _eager_jit(fn: Callable) -> Jitted:
+def eager_jit(fn: Callable) -> Jitted:
     """jit of a library function for its eager calls (jitted_op, trace.jitted_elementwise): its programs are
     kept for the last EAGER_SIGNATURES signatures only, since eager code on ever new shapes would otherwise keep
     one compiled program per shape and op (eager ops before ran through the executables' bounded cache alone)."""
@@ -877,4 +888,4 @@ def _eager_jit(fn: Callable) -> Jitted:
     return jitted
 
 
-jit_hook[0] = (_eager_jit, jit_state)  # eager elementwise calls run as jit of themselves (trace.jitted_elementwise)
+jit_hook[0] = (eager_jit, jit_state)  # eager elementwise calls run as jit of themselves (trace.jitted_elementwise)
