@@ -338,3 +338,25 @@ def test_shape_creation_and_other_functions_trace_once_and_match_numpy():
             np.testing.assert_array_equal(g, w if k != 10 else second[0].astype(np.int32), err_msg=str(k))
         else:
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-5, err_msg=str(k))
+
+
+def test_a_remembered_call_form_is_not_taken_for_another_dtype_x64_or_value():
+    """jitted_op remembers how a call of each form bound its arguments (its fast path); a call whose arrays have
+    another dtype, under another x64 setting, or with other static values decides again: a float16 array beside a
+    Python float stays op by op, a 64-bit dtype with x64 off warns each time, and other axes give other shapes."""
+    m = jnp.asarray(np.array([True, False, True]))
+    x32, x16 = jnp.asarray(np.ones(3, np.float32)), jnp.asarray(np.ones(3, np.float16))
+    s = 1 + 2 ** -11 + 2 ** -40
+    for _ in range(3):
+        assert float(jnp.where(m, x32, s)[1]) == float(np.float32(s))
+        assert float(jnp.where(m, x16, s)[1]) == float(np.float16(s))  # (once rounded, from the double)
+    x = jnp.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for _ in range(3):
+        assert jnp.mean(x, 0).shape == (3,) and jnp.mean(x, 1).shape == (2,) and jnp.mean(x, axis=1).shape == (2,)
+        assert jnp.sum(x, 0, keepdims=True).shape == (1, 3) and jnp.sum(x, 0, keepdims=False).shape == (3,)
+        with pytest.warns(UserWarning, match="dtype float64"):
+            assert jnp.sum(x, dtype=jnp.float64).dtype == np.float32
+        with fnx.enable_x64(True):
+            assert jnp.sum(x, dtype=jnp.float64).dtype == np.float64
+    for i in range(40):  # (a new number each call: each is its own form, and the memory of forms stays bounded)
+        np.testing.assert_allclose(np.asarray(jnp.clip(x, 0.0, i / 8)), np.clip(np.arange(6).reshape(2, 3), 0, i / 8))

@@ -740,10 +740,21 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
         bind = _Binder(fn)
         jitted: dict[tuple, Jitted] = {}
         arrays = (Array, np.ndarray, np.generic)
+        calls: dict[tuple, tuple] = {}  # a call's form (_call_form) -> (its jit, the positions of its arguments)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if state.depth or jit_state.disabled: return eager(*args, **kwargs)
+            try:
+                form = (len(args), tuple(kwargs), dtypes.x64_enabled(), *map(_call_form, args),
+                        *map(_call_form, kwargs.values()))
+                known = calls.get(form)
+            except TypeError:  # (an unhashable argument: an index array, a list)
+                form = known = None
+            if known is not None:
+                f, picks = known
+                given = args + tuple(kwargs.values()) if kwargs else args
+                return f(*[given[i] for i in picks])
             values = bind(args, kwargs)
             for name, f in (convert or {}).items():
                 if name in values: values[name] = f(values[name])
@@ -777,9 +788,23 @@ def jitted_op(*static: str, static_ints: Sequence[str] = (), convert: dict[str, 
             except TypeError:  # (a static value that cannot be hashed: a shape given as an array)
                 return eager(*args, **kwargs)
             if f is None: f = jitted[key] = eager_jit(bind.with_static(static_values, dynamic))
+            order = list(values)
+            if form is not None and not convert and order == [*bind.positional[:len(args)], *kwargs]:
+                if len(calls) >= CALL_FORMS: calls.clear()
+                calls[form] = (f, [order.index(n) for n in dynamic])
             return f(*[values[n] for n in dynamic])
         return wrapper
     return decorate
+
+
+CALL_FORMS = 64  # call forms a jitted library function remembers (jitted_op's fast path); then it starts over
+
+
+def _call_form(v: Any) -> Any:
+    """What jitted_op's decisions about an argument depend on: an Array's dtype (whether a Python number beside it
+    converts exactly), or the value itself with its type (a static axis, a flag; a number's kind and range). A
+    call whose arguments all have the forms of an earlier call's binds them as that call did."""
+    return v._dtype if type(v) is Array else (type(v), v) if type(v) is not tuple else (tuple, _typed(v))
 
 
 _DTYPE_NAMES = ("dtype", "preferred_element_type")  # static arguments that name a dtype a user requests
