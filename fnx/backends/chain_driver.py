@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from fnx.lower.chain import RowChain
 
+PREFETCH_LOCALITY = 2  # LLVM's prefetch locality (3: L1, 2: L2, ...)
 
-def render_driver(chain: RowChain) -> str:
+
+def render_driver(chain: RowChain) -> tuple[str, set[str]]:
+    """The driver's LLVM functions, and the declarations they need (as `llvm_render.render_function`)."""
     n = len(chain.args)
     region_arg = f"%b{n - 1}"
     head = ", ".join(["ptr %fns"] + [f"ptr %b{i}" for i in range(n)] + ["i64 %start", "i64 %end"])
@@ -33,11 +36,30 @@ def render_driver(chain: RowChain) -> str:
         lines += [f"  %s{b}.rows = mul i64 %lo, {row_bytes}", f"  %s{b}.off = sub i64 {offset}, %s{b}.rows",
                   f"  %s{b} = getelementptr i8, ptr %region, i64 %s{b}.off"]  # (no inbounds: it points before)
         address[b] = f"%s{b}"
+    head, prefetches = _prefetches(chain, address)
+    lines += head
+    per = -(-len(prefetches) // len(chain.members))
     for j, kernel in enumerate(chain.members):
+        lines += [line for p in prefetches[j * per:(j + 1) * per] for line in p]
         args = ", ".join(f"ptr {address[b]}" for b in kernel.args)
         lines.append(f"  call void %f{j}({args}, i64 %lo, i64 %hi)")
     lines += ["  br label %check", "done:", "  ret void", "}", "", packed_driver(chain)]
-    return "\n".join(lines)
+    return "\n".join(lines), {"declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"} if prefetches else set()
+
+
+def _prefetches(chain: RowChain, address: dict) -> tuple[list[str], list[list[str]]]:
+    """The next block's address in each of the chain's inputs from memory (`RowChain.prefetch`), and the prefetch
+    to L2 of each of its cache lines, which the driver spreads over the members' calls. A prefetch never faults:
+    the last block's, past the chunk or the buffer, is harmless."""
+    head, out = [], []
+    for b, row_bytes in chain.prefetch:
+        base = f"%pf{b}"
+        head += [f"  {base}.off = mul i64 %hi, {row_bytes}",
+                 f"  {base} = getelementptr i8, ptr {address[b]}, i64 {base}.off"]
+        for line in range(-(-chain.block * row_bytes // 64)):
+            out.append([f"  {base}.{line} = getelementptr i8, ptr {base}, i64 {line * 64}",
+                        f"  call void @llvm.prefetch.p0(ptr {base}.{line}, i32 0, i32 {PREFETCH_LOCALITY}, i32 1)"])
+    return head, out
 
 
 def packed_driver(chain: RowChain) -> str:

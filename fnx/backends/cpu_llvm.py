@@ -413,7 +413,7 @@ def _lowered(fn: UOp, device: CPUDevice) -> tuple:
             modules.library = None
             lowering = lower(fn, device.target, emit=modules.add, measure=device.kernel_timers(), chains=True)
             if lowering.chains:  # (their drivers call the kernels through addresses: a module of their own)
-                source = module_source([(render_driver(c), set()) for c in lowering.chains])
+                source = module_source([render_driver(c) for c in lowering.chains])
                 modules.sources.append(source)
                 modules.jobs.append(([c.name for c in lowering.chains], device.compiler.submit_object(source)))
         if any(k.thread_range >= 0 for k, lines in lowering.kernels if lines is not None):

@@ -381,3 +381,35 @@ def test_a_kernel_that_reads_the_sum_between_row_kernels_stays_after_it():
     want = f(np, x.astype(np.float64))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(got[1], want[1], rtol=5e-5, atol=5e-5)
+
+
+@pytest.mark.parametrize("rows", [ROWS, 128])
+def test_the_driver_prefetches_the_next_block_of_inputs_from_memory(rows):
+    """An input larger than L2, read row by row, comes from memory: the driver prefetches its next block, a few
+    lines before each member (RowChain.prefetch). One that fits L2 (here 512 KB where L2 holds it) and a
+    broadcast parameter are not prefetched. Prefetches change no result."""
+    x, g, b = _data(rows=rows), _data(rows=1)[0], _data(rows=1, seed=1)[0]
+    f = lambda x, g, b: _layernorm_steps(jnp, x, 4, g, b)  # noqa: E731
+    args = (jnp.asarray(x), jnp.asarray(g), jnp.asarray(b))
+    executable = fnx.jit(f).lower(*args).executable
+    (c,) = executable.lowering.chains
+    target = cpu_llvm._compiler().target
+    unit = COLS * 4 * rows // c.rows  # bytes of one of the chain's rows (a pair, where its kernels walk pairs)
+    from_memory = x.nbytes > target.l2_bytes
+    assert [r for _, r in c.prefetch] == ([unit] if from_memory else [])
+    lines = c.block * unit // 64
+    assert executable.source.count("call void @llvm.prefetch.p0(") == (lines if from_memory else 0)
+    want = _layernorm_steps(np, x.astype(np.float64), 4, g.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(*args)), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_block_too_large_to_prefetch_is_left_to_the_hardware(monkeypatch):
+    monkeypatch.setattr(config, "cache_dir", None)  # (on-disk lowerings do not know the setting)
+    monkeypatch.setattr(chain_module, "CHAIN_PREFETCH_LINES", 1)
+    x = _data()
+    f = lambda x: _layernorm_steps(jnp, x, 4)  # noqa: E731
+    executable = fnx.jit(f).lower(jnp.asarray(x)).executable
+    (c,) = executable.lowering.chains
+    assert c.prefetch == [] and "llvm.prefetch" not in executable.source
+    want = _layernorm_steps(np, x.astype(np.float64), 4)
+    np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
