@@ -181,13 +181,36 @@ def _shape_arg(shape: Any, name: str) -> tuple[int, ...]:
     return lax.canonical_shape(shape, name)
 
 
-@eager_op
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> Array:
     """An array of `shape` filled with `fill_value` (a scalar or an array broadcastable to `shape`).
-    The dtype defaults to that of `fill_value` (Python int -> int32, float -> float32)."""
+    The dtype defaults to that of `fill_value` (Python int -> int32, float -> float32).
+
+    Outside a trace this runs as jit of itself, the fill value its argument, except where a Python number would
+    be rounded twice on its way (0.1 into float16 goes straight from the double, as in JAX)."""
+    if _fill_argument(fill_value, dtype): return _full_jitted(shape, fill_value, dtype)
+    return _full_eager(shape, fill_value, dtype)
+
+
+def _full_body(shape: Any, fill_value: Any, dtype: Any = None) -> Array:
     shape = _shape_arg(shape, "full")
     value = array(fill_value, dtype=dtype)
     return _broadcast(value, shape, "full")
+
+
+_full_jitted = jitted_op("shape", "dtype")(_full_body)
+_full_eager = eager_op(_full_body)
+
+
+def _fill_argument(value: Any, dtype: Any) -> bool:
+    """Whether fill value `value` can be a jit argument: an array, or a Python bool, int or float that reaches
+    `dtype` (None: its own) unrounded or rounded once, as a constant would, that is whose weakly typed
+    argument has that dtype. (A complex number is no jit argument.)"""
+    if isinstance(value, (Array, np.ndarray, np.generic)): return True
+    if type(value) not in (bool, int, float): return False
+    try:
+        return dtype is None or dtypes.canonicalize_scalar(value)[0] is dtypes.to_dtype(dtype)
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 @jitted_op("shape", "dtype")
@@ -238,11 +261,21 @@ def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> Array:
     return _weak_like(zeros(*_like(a, dtype, shape)), a, dtype)
 
 
-@eager_op
 def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Array:
-    """`fill_value` with the shape and dtype of `a` (overridable)."""
+    """`fill_value` with the shape and dtype of `a` (overridable); as `full`, jit of itself outside a trace where
+    `a` is an Array and a Python fill value reaches the dtype unrounded or rounded once."""
+    if type(a) is Array and _fill_argument(fill_value, a.dtype if dtype is None else dtype):
+        return _full_like(a, fill_value, dtype, shape)
+    return _full_like_eager(a, fill_value, dtype, shape)
+
+
+def _full_like_body(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Array:
     shape, dt = _like(a, dtype, shape)
-    return _weak_like(full(shape, fill_value, dt), a, dtype)
+    return _weak_like(_full_body(shape, fill_value, dt), a, dtype)
+
+
+_full_like = jitted_op("dtype", "shape")(_full_like_body)
+_full_like_eager = eager_op(_full_like_body)
 
 
 def _static_scalar(x: Any, name: str) -> Any:
@@ -272,13 +305,34 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
     return lax.add(lax.mul(lax.iota(dt, n), step), start)
 
 
-@eager_op
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype: Any = None, axis: int = 0) -> Array | tuple[Array, Array]:
     """`num` evenly spaced values from `start` to `stop` (inclusive when `endpoint`), along a new `axis`.
 
     start/stop may be arrays (broadcast together). Returns the values (and the step when `retstep`).
+
+    The values are computed in float64 and rounded once to the result's dtype, so they are numpy's rounded (JAX
+    computes in the result's dtype: its values may differ from numpy's by a unit in the last place). Outside a
+    trace this runs as jit of itself, Python bounds its float64 arguments: each new bound compiled a program (11
+    ms a call) while they were constants in it.
     """
+    if (_double_bound(start) and _double_bound(stop) and not (_trace.state.depth or jit_state.disabled)
+            and not dtypes.narrowed(dtype)):
+        dt = dtypes.requested(dtype, "linspace") if dtype is not None else dtypes.default_float()
+        return _linspace(_trace.double(start), _trace.double(stop), num, endpoint, retstep, dt, axis)
+    if is_python_scalar(start) or is_python_scalar(stop):  # (taken exactly, as constants, only op by op)
+        return _linspace_eager(start, stop, num, endpoint, retstep, dtype, axis)
+    return _linspace(start, stop, num, endpoint, retstep, dtype, axis)
+
+
+def _double_bound(v: Any) -> bool:
+    """Whether `v` is a Python float, or an int the default int holds (a larger one is an OverflowError, as in
+    JAX, from the path that converts it): a bound `linspace` takes as a float64 argument."""
+    return type(v) is float or type(v) is int and -2 ** 31 <= v < 2 ** 31
+
+
+def _linspace_body(start: Any, stop: Any, num: int, endpoint: bool, retstep: bool, dtype: Any, axis: int
+                   ) -> Array | tuple[Array, Array]:
     (num,) = lax.canonical_shape(num, "linspace", nonnegative=False)
     if num < 0: raise ValueError(at_user_line(f"linspace: number of samples {num} must be non-negative"))
     (lo, hi), _ = prepare("linspace", start, stop)
@@ -294,6 +348,10 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     values = moveaxis(values, 0, axis)
     values = cast(values if dt.is_float else floor(values), dt)
     return (values, cast(step, dt if dt.is_float else dtypes.default_float())) if retstep else values
+
+
+_linspace = jitted_op("num", "endpoint", "retstep", "dtype", "axis")(_linspace_body)
+_linspace_eager = eager_op(_linspace_body)
 
 
 @jitted_op("N", "M", "k", "dtype")

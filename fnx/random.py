@@ -156,10 +156,11 @@ def PRNGKey(seed: int | Any) -> Array:
       >>> fnx.random.PRNGKey(-1)
       Array([         0, 4294967295], dtype=uint32)
     """
-    if isinstance(seed, int):
-        if not -2 ** 63 <= seed < 2 ** 63:
+    if isinstance(seed, (int, np.integer)):  # (a numpy integer's low 32 bits, as its conversion to uint32 keeps)
+        if isinstance(seed, int) and not -2 ** 63 <= seed < 2 ** 63:
             raise OverflowError(at_user_line(f"PRNGKey: seed {seed} does not fit in int64"))
-        low = lax.to_array(_u32(seed))
+        # made on the host: stacked from two constants, each new seed was a program of its own to compile (4 ms)
+        return lax.to_array(np.array([0, _u32(int(seed))], np.uint32))
     else:
         s = seed if isinstance(seed, Array) else lax.to_array(np.asarray(seed))
         if s.ndim:

@@ -455,6 +455,12 @@ def constant_buffer(c: UOp, device: str) -> Buffer:
     return buf
 
 
+def double(value: float) -> Array:
+    """A Python number as a float64 Array argument, with x64 on or off: fnx's own float64 work (`linspace`'s
+    bounds) takes it exactly, where a weakly typed argument would be rounded to float32 on the way."""
+    return Array.from_buffer(constant_buffer(UOp.const(dtypes.float64, float(value)), state.default_device), ())
+
+
 def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:
     """Run FUNCTION `fn` on `inputs`; returns BUFFER UOps of its outputs."""
     exe = compile_function(fn, device)

@@ -360,3 +360,57 @@ def test_a_remembered_call_form_is_not_taken_for_another_dtype_x64_or_value():
             assert jnp.sum(x, dtype=jnp.float64).dtype == np.float64
     for i in range(40):  # (a new number each call: each is its own form, and the memory of forms stays bounded)
         np.testing.assert_allclose(np.asarray(jnp.clip(x, 0.0, i / 8)), np.clip(np.arange(6).reshape(2, 3), 0, i / 8))
+
+
+def test_new_bounds_fill_values_and_seeds_lower_nothing_after_the_first_call():
+    """Item 4 of the performance issue, in creation functions: each new linspace bound, full / full_like fill
+    value or PRNGKey seed was a constant of its own program, lowered and compiled per value (linspace 11 ms a
+    call, PRNGKey 4 ms). Now they are arguments: a loop over new values lowers nothing after its first call,
+    and every value is the op-by-op one (linspace numpy's float64 values rounded once; keys JAX's)."""
+    import jax
+    x = jnp.asarray(rng.standard_normal((5, 3)).astype(np.float32))
+
+    def run(i):
+        start, stop = float(rng.standard_normal()) * 10.0 ** (i % 5 - 2), float(i) + 0.1
+        return ((start, stop), jnp.linspace(start, stop, 7), jnp.linspace(start, stop, 7, endpoint=False,
+                                                                        retstep=True),
+                jnp.full((2, 3), 0.1 * i), jnp.full((4,), i, dtype=np.int32), jnp.full_like(x, -0.3 * i),
+                fnx.random.PRNGKey(i), fnx.random.PRNGKey(np.int64(-i) * 2 ** 33 - 1))
+    run(0)
+    for i in range(1, 6):
+        out, lowered = traces_of(lambda: run(i), cats=("trace", "lower"))
+        assert lowered == [], (i, lowered)
+        (start, stop), values, (open_values, step), filled, ints, like, key, big_key = out
+        np.testing.assert_array_equal(np.asarray(values), np.linspace(start, stop, 7).astype(np.float32))
+        np.testing.assert_array_equal(np.asarray(open_values),
+                                      np.linspace(start, stop, 7, endpoint=False).astype(np.float32))
+        assert float(step) == np.float32((stop - start) / 7)
+        assert values.dtype == np.float32 and not values.weak_type
+        np.testing.assert_array_equal(np.asarray(filled), np.full((2, 3), np.float32(0.1 * i)))
+        assert filled.weak_type and like.dtype == np.float32 and not like.weak_type
+        np.testing.assert_array_equal(np.asarray(ints), np.full(4, i, np.int32))
+        np.testing.assert_array_equal(np.asarray(like), np.full((5, 3), np.float32(-0.3 * i)))
+        for k, seed in ((key, i), (big_key, np.int64(-i) * 2 ** 33 - 1)):
+            np.testing.assert_array_equal(np.asarray(k), np.asarray(jax.random.PRNGKey(seed)))
+            assert k.dtype == np.uint32
+
+
+def test_fill_values_that_a_jit_argument_would_round_twice_stay_op_by_op():
+    """0.1 into float16 or bfloat16, a Python int into float16: a weakly typed argument would be float32 or int32
+    first, then rounded again; op by op the constant converts straight from the Python value, as in JAX."""
+    x16 = jnp.asarray(np.ones((2, 2), np.float16))
+    for i in range(1, 4):
+        v = 0.1 * i + 1e-4
+        np.testing.assert_array_equal(np.asarray(jnp.full((3,), v, dtype=np.float16)), np.full(3, np.float16(v)))
+        np.testing.assert_array_equal(np.asarray(jnp.full_like(x16, v)), np.full((2, 2), np.float16(v)))
+        got = np.asarray(jnp.full((2,), v, dtype=jnp.bfloat16)).astype(np.float64)
+        np.testing.assert_array_equal(got, np.full(2, np.asarray(v).astype(jnp.bfloat16).astype(np.float64)))
+    assert jnp.full_like(x16, 2049).dtype == np.float16 and float(jnp.full_like(x16, 2049)[0, 0]) == 2048.0
+    with pytest.warns(UserWarning, match="float64"):
+        assert jnp.full((2,), 0.1, dtype=np.float64).dtype == np.float32
+    with pytest.warns(UserWarning, match="float64"):
+        assert jnp.linspace(0.0, 1.0, 3, dtype=np.float64).dtype == np.float32
+    with pytest.raises(OverflowError):
+        jnp.linspace(0, 2 ** 40, 3)
+    with pytest.raises(OverflowError):
+        fnx.random.PRNGKey(2 ** 64)
