@@ -6,8 +6,9 @@ the seed derives `axis` for multi-device values:
 
 - elementwise ops take the split of their operands (an operand split otherwise is resharded to it);
 - a reduction over a split axis reduces locally, then psum/pmax over the mesh axes of that axis;
-- RESHAPE keeps a split that stays a leading block of its group of axes, PERMUTE and EXPAND carry it;
-- PAD/SHRINK/FLIP/INDEX/SCATTER along a split axis, and control flow, first gather what they need whole;
+- RESHAPE keeps the split of the leading axis of a group of axes (the others gathered), PERMUTE and EXPAND carry it;
+- SCATTER keeps its operand's split: each device applies the updates that fall in its block;
+- PAD/SHRINK/FLIP/INDEX along a split axis, and control flow, first gather what they need whole;
 - a shard_map call is its body, inlined on operands resharded to its in_specs;
 - COPY to a NamedSharding (`with_sharding_constraint`, device_put under jit) reshards.
 
@@ -195,12 +196,21 @@ class _Partitioner:
         return out, x_dims[:axis] + idx_dims + x_dims[axis + 1:]
 
     def scatter(self, u: UOp) -> tuple[UOp, Dims]:
+        """The operand keeps its split, along the scattered axis too: each device combines the updates whose index
+        falls in its block, at the index less the block's start, and the others fall out of its range, which
+        SCATTER drops (as XLA's partitioner does; gathering the axis first left `x.at[i].set(v)` of a sharded
+        array replicated on every device). The indices and the updates along that axis are replicated."""
         x_global, idx_global, upd_global = u.src
         axis = u.arg.axis
-        x_dims = _unsplit(self.values[x_global][1], (axis,))
+        x_dims = self.values[x_global][1]
         upd_dims = x_dims[:axis] + ((),) * idx_global.ndim + x_dims[axis + 1:]
-        srcs = (self.reshard(x_global, x_dims), self.reshard(idx_global, ((),) * idx_global.ndim),
-                self.reshard(upd_global, upd_dims))
+        idx = self.reshard(idx_global, ((),) * idx_global.ndim)
+        if x_dims[axis]:
+            local = self.local_shape(x_global.shape, x_dims)[axis]
+            back = (self._block(x_dims[axis]) * -local).cast(idx.dtype)  # (minus the block's start)
+            back = UOp(Ops.EXPAND, idx.dtype, (UOp(Ops.RESHAPE, idx.dtype, (back,), (1,) * idx.ndim),), idx.shape)
+            idx = UOp(Ops.ADD, idx.dtype, (idx, back))
+        srcs = (self.reshard(x_global, x_dims), idx, self.reshard(upd_global, upd_dims))
         return UOp(Ops.SCATTER, u.dtype, srcs, u.arg), x_dims
 
     def call(self, node: UOp) -> list[tuple[UOp, Dims]]:
@@ -252,14 +262,19 @@ class _Partitioner:
         self._resharded[key] = free
         return free
 
-    def _slice(self, x: UOp, axis: int, names: tuple[str, ...]) -> UOp:
-        """This device's block of local axis `axis` when it is further split over mesh axes `names`."""
-        local = x.shape[axis] // self.size(names)
+    def _block(self, names: tuple[str, ...]) -> UOp:
+        """This device's place (int32) among the blocks of an axis split over mesh axes `names`, the first major."""
         block = None
         for name in names:
             index = UOp(Ops.COLLECTIVE, dtypes.int32, (), CollectiveArg("axis_index", name, self.mesh.axis_size(name),
                                                                         0))
             block = index if block is None else block * self.mesh.axis_size(name) + index
+        return block
+
+    def _slice(self, x: UOp, axis: int, names: tuple[str, ...]) -> UOp:
+        """This device's block of local axis `axis` when it is further split over mesh axes `names`."""
+        local = x.shape[axis] // self.size(names)
+        block = self._block(names)
         start = UOp(Ops.EXPAND, dtypes.int32, (UOp(Ops.RESHAPE, dtypes.int32, (block * local,), (1,)),), (local,))
         positions = UOp(Ops.ADD, dtypes.int32, (UOp(Ops.IOTA, dtypes.int32, (), IotaArg((local,), 0)), start))
         return UOp(Ops.INDEX, x.dtype, (x, positions), axis)
@@ -311,8 +326,8 @@ class _Partitioner:
 
 def _reshape_dims(src: tuple[int, ...], out: tuple[int, ...], dims: Dims, size) -> tuple[Dims, Dims]:
     """(the split the source must have, the split of the result) for a RESHAPE from `src` to `out`: within each
-    group of axes with equal products, a split stays only on the group's leading non-1 axis, and only when the
-    result's leading non-1 axis of the group divides by it."""
+    group of axes with equal products, a split stays only on the group's leading non-1 axis (the group's other
+    axes are gathered), and only when the result's leading non-1 axis of the group divides by it."""
     if 0 in src or 0 in out: return ((),) * len(src), ((),) * len(out)
     keep, result = [()] * len(src), [()] * len(out)
     i = j = 0
@@ -325,7 +340,7 @@ def _reshape_dims(src: tuple[int, ...], out: tuple[int, ...], dims: Dims, size) 
             else: jj.append(j); po *= out[j]; j += 1  # noqa: E702
         lead_in = next((k for k in ii if src[k] != 1), None)
         lead_out = next((k for k in jj if out[k] != 1), None)
-        split = [k for k in ii if dims[k]]
-        if split == [lead_in] and lead_out is not None and out[lead_out] % size(dims[lead_in]) == 0:
+        split = [k for k in ii if dims[k]]  # (the other axes' splits are gathered: the leading one's stays a block)
+        if split and split[0] == lead_in and lead_out is not None and out[lead_out] % size(dims[lead_in]) == 0:
             keep[lead_in] = result[lead_out] = dims[lead_in]
     return tuple(keep), tuple(result)

@@ -59,6 +59,12 @@ UNARY = {  # name: (function of x, shape of x)
     "take": (lambda x: jnp.take(x, jnp.array([3, 0, 7, 7]), axis=0), (8, 16)),
     "take_axis1": (lambda x: x[:, jnp.array([1, 15, 2])], (8, 16)),
     "scatter_add": (lambda x: x.at[jnp.array([0, 3, 3])].add(1.0), (8, 16)),
+    "scatter_set_row": (lambda x: x.at[5].set(-1.0), (8, 16)),
+    "scatter_set_repeated_and_out_of_range": (lambda x: x.at[jnp.array([9, 6, 6, -1, 2])].set(
+        jnp.arange(5.0)[:, None] + x[:5]), (8, 16)),
+    "scatter_add_column": (lambda x: x.at[:, 13].add(x[:, 2]), (8, 16)),
+    "scatter_mul_points": (lambda x: x.at[jnp.array([1, 6, 1]), jnp.array([3, 15, 3])].mul(2.0), (8, 16)),
+    "scatter_max_3d": (lambda x: x.at[:, jnp.array([0, 3])].max(0.25), (4, 4, 8)),
     "where": (lambda x: jnp.where(x > 0, x, -x * 0.5), (8, 16)),
     "broadcast_bias": (lambda x: x + jnp.arange(16.0), (8, 16)),
     "outer": (lambda x: (x[:, :, None] * x[:, None, :]).sum(0), (8, 16)),
@@ -251,3 +257,25 @@ def test_float16_and_a_large_sharded_mean(mesh24):
     big = np.random.default_rng(15).standard_normal(n).astype(np.float32)
     xs = fnx.device_put(big, NamedSharding(mesh24, P(("data", "model"))))
     np.testing.assert_allclose(float(jnp.mean(xs)), big.astype(np.float64).mean(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec, kept", [(P("data"), P("data")), (P(("data", "model")), P(("data", "model"))),
+                                        (P("data", "model"), P("data"))])
+def test_an_update_of_a_row_split_array_keeps_the_split(mesh24, spec, kept):
+    """`x.at[i].set(v)` and `.at[idx].add` on rows split over devices: each device combines the updates that fall
+    in its block (the index less the block's start; the others are out of its range, which SCATTER drops), so
+    the rows stay split, eagerly and under jit, with no gather of the rows. (The operand was gathered first, and
+    the result was replicated on every device.) A split of the other axis is gathered by the flat index's
+    reshape: the row split stays."""
+    x = _rand((16, 8), 9)
+    xs = fnx.device_put(x, NamedSharding(mesh24, spec))
+    want = x.copy()
+    want[11] = 0.5
+    np.add.at(want, [3, 14, 3, 0], 1.0)
+    update = lambda x, i: x.at[i].set(0.5).at[jnp.array([3, 14, 3, 0, 16])].add(1.0)  # noqa: E731
+    for got in (update(xs, 11), fnx.jit(update)(xs, 11)):  # (eagerly; under jit with i traced)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert got.sharding == NamedSharding(mesh24, kept), got.sharding
+    if spec == P("data"):
+        local = fnx.jit(lambda x: x.at[11].set(0.5)).lower(xs).program.part.fn
+        assert not [u for u in local.toposort if u.op.name == "COLLECTIVE" and u.arg.kind == "all_gather"]
