@@ -109,7 +109,6 @@ def _float_math(compute):
 
 # ---- creation ----
 
-@eager_op
 def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None = None, ndmin: int = 0) -> Array:
     """Create an Array from an Array, numpy array, Python scalar or (nested) list/tuple of those.
 
@@ -123,11 +122,16 @@ def array(object: Any, dtype: Any = None, copy: bool = True, order: str | None =
       Python int or float (or a weakly typed Array) and no `dtype` is given: `array(2.0) * float16_array` stays
       float16.
     """
+    if dtype is None and ndmin == 0 and (made := _trace.host_scalar(object)) is not None: return made
+    return _array(object, dtype, ndmin)
+
+
+@eager_op
+def _array(object: Any, dtype: Any, ndmin: int) -> Array:
     out = as_array(object, None if dtype is None else dtypes.requested(dtype, "array"))
     return lax.reshape(out, (1,) * (ndmin - out.ndim) + out.shape) if out.ndim < ndmin else out
 
 
-@eager_op
 def asarray(a: Any, dtype: Any = None, order: str | None = None, copy: bool | None = None) -> Array:
     """Like `array`; Arrays are immutable, so no copy is ever made."""
     return array(a, dtype=dtype)

@@ -461,6 +461,19 @@ def double(value: float) -> Array:
     return Array.from_buffer(constant_buffer(UOp.const(dtypes.float64, float(value)), state.default_device), ())
 
 
+def host_scalar(value: Any) -> Array | None:
+    """A Python bool, int or float as a concrete scalar Array of its default dtype (weakly typed but a bool),
+    its buffer filled on the host: built as a constant and realized, `jnp.array(0.5)` took 75 us (JAX 13). None
+    inside a trace, for other values, and for an int the default int cannot hold (the caller's path raises)."""
+    if type(value) not in (bool, int, float) or state.depth: return None
+    try:
+        dtype, weak = dtypes.canonicalize_scalar(value)
+    except OverflowError:
+        return None
+    buffer = get_device(state.default_device).allocator.from_numpy(np.array(value, dtype.np))
+    return Array.from_buffer(buffer, (), weak)
+
+
 def run_function(fn: UOp, inputs: list[Buffer], device: str) -> list[UOp]:
     """Run FUNCTION `fn` on `inputs`; returns BUFFER UOps of its outputs."""
     exe = compile_function(fn, device)

@@ -414,3 +414,20 @@ def test_fill_values_that_a_jit_argument_would_round_twice_stay_op_by_op():
         jnp.linspace(0, 2 ** 40, 3)
     with pytest.raises(OverflowError):
         fnx.random.PRNGKey(2 ** 64)
+
+
+def test_array_of_a_python_number_is_made_on_the_host():
+    """`jnp.array(v)` / `jnp.asarray(v)` of a Python bool, int or float: a buffer filled on the host, no program
+    (it was a constant realized through a program: 75 us a call); dtype and weak type as before (JAX's)."""
+    cases = [(0.1, np.float32, True), (-0.0, np.float32, True), (7, np.int32, True), (True, np.bool_, False),
+             (float("inf"), np.float32, True), (2 ** 31 - 1, np.int32, True)]
+    jnp.array(1.5)
+    for v, dtype, weak in cases:
+        for make in (jnp.array, jnp.asarray):
+            got, lowered = traces_of(lambda: make(v), cats=("trace", "lower"))
+            assert lowered == [] and got.dtype == dtype and got.weak_type == weak and got.shape == ()
+            assert np.asarray(got).tobytes() == np.asarray(v, dtype).tobytes()
+    assert (jnp.ones(2, jnp.float16) * jnp.array(2.0)).dtype == np.float16  # (weak: the float16 array's dtype)
+    with pytest.raises(OverflowError):
+        jnp.array(2 ** 40)
+    assert jnp.array(0.5, dtype=jnp.float16).dtype == np.float16 and jnp.array(0.5, ndmin=2).shape == (1, 1)
