@@ -458,7 +458,8 @@ def constant_buffer(c: UOp, device: str) -> Buffer:
 def double(value: float) -> Array:
     """A Python number as a float64 Array argument, with x64 on or off: fnx's own float64 work (`linspace`'s
     bounds) takes it exactly, where a weakly typed argument would be rounded to float32 on the way."""
-    return Array.from_buffer(constant_buffer(UOp.const(dtypes.float64, float(value)), state.default_device), ())
+    buffer = get_device(state.default_device).allocator.from_numpy(np.array(value, np.float64))
+    return Array.from_buffer(buffer, ())  # (its own buffer, freed after the call: no cache of ever new bounds)
 
 
 def host_scalar(value: Any) -> Array | None:
