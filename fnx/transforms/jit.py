@@ -618,9 +618,11 @@ def _number_buffer(value: Any, dtype: Any, device: str) -> Buffer:
     """The buffer of Python number `value` as `dtype`: `trace.constant_buffer`'s, found by the value itself
     (building its UOp to look it up was a fifth of an eager `x * 2.0`). The key tells 0.0 from -0.0 and 1 from
     1.0 and True; a NaN, never equal to itself, is not found and is built each time."""
-    sign = (math.copysign(1.0, value) if type(value) is float else
-            (math.copysign(1.0, value.real), math.copysign(1.0, value.imag)) if type(value) is complex else 0)
-    key = (value, type(value), sign, dtype, device)
+    kind = type(value)
+    if kind not in (bool, int, float, complex): return constant_buffer(UOp.const(dtype, value), device)
+    sign = (math.copysign(1.0, value) if kind is float else
+            (math.copysign(1.0, value.real), math.copysign(1.0, value.imag)) if kind is complex else 0)
+    key = (value, kind, sign, dtype, device)
     if (buf := _number_buffers.get(key)) is None:
         if len(_number_buffers) >= NUMBER_BUFFERS: _number_buffers.clear()
         buf = _number_buffers[key] = constant_buffer(UOp.const(dtype, value), device)
