@@ -72,6 +72,31 @@ def test_pool_hands_a_block_back_only_when_nothing_sees_it():
     assert pool.array(F32, 1000)[1] in (address, elsewhere)
 
 
+def test_a_pool_whose_blocks_are_all_held_looks_at_a_few_and_never_hands_a_held_one_out():
+    """A loop that keeps every result (`losses.append(loss)`) holds all of a size's blocks: a request looks at
+    POOL_SCAN of them, from where the last free one was, then makes a block. No block anyone holds is handed out
+    again, and once the results are dropped the kept blocks are found again."""
+    from fnx.backends import device
+    pool = HostPool(per_size=8)
+    held = []
+    for i in range(40):
+        host, address = pool.array(F32, 16)
+        assert address not in [a for _, a in held]  # (never a block in use)
+        held.append((host, address))
+    assert len(pool.blocks[64]) == 8
+    looked = []
+    original = device._free
+    try:
+        device._free = lambda entry: looked.append(entry) or original(entry)
+        pool.array(F32, 16)
+    finally:
+        device._free = original
+    assert len(looked) == device.POOL_SCAN
+    kept = {e[2] for e in pool.blocks[64]}
+    del held, host
+    assert {pool.array(F32, 16)[1] for _ in range(3)} <= kept
+
+
 def test_pool_is_bounded():
     pool = HostPool(per_size=2, max_bytes=4 * 4000)
     held = [pool.array(F32, 1000) for _ in range(5)]  # 5 in use at once: only 2 of this size are kept
