@@ -32,7 +32,7 @@ from fnx.errors import UnsupportedError, at_user_line, user_frame
 from fnx.sharding import spmd
 from fnx.trace import (Array, Traced, abstract_leaf, compile_function, constant_buffer, jit_hook,
                        numbers_convert_exactly, realize, special_values, state, to_array, trace)
-from fnx.uop import BufferArg, Ops, UOp, collector_paused
+from fnx.uop import BufferArg, Ops, UOp, collector_paused, scalar_of
 
 
 class ShapeDtypeStruct:
@@ -625,7 +625,8 @@ def _number_buffer(value: Any, dtype: Any, device: str) -> Buffer:
     key = (value, kind, sign, dtype, device)
     if (buf := _number_buffers.get(key)) is None:
         if len(_number_buffers) >= NUMBER_BUFFERS: _number_buffers.clear()
-        buf = _number_buffers[key] = constant_buffer(UOp.const(dtype, value), device)
+        buf = _number_buffers[key] = get_device(device).allocator.from_numpy(  # (constant_buffer's contents,
+            np.array(scalar_of(value, dtype), dtype.np))                      # without building its UOp)
     return buf
 
 

@@ -15,6 +15,7 @@ import pytest
 import fnx
 import fnx.numpy as jnp
 from fnx.backends.device import ALIGN, Buffer, HostPool
+from fnx.backends.device import _free as device_free
 from fnx.lower.memory import donation_aliases
 
 F32 = np.dtype(np.float32)
@@ -95,6 +96,25 @@ def test_a_pool_whose_blocks_are_all_held_looks_at_a_few_and_never_hands_a_held_
     kept = {e[2] for e in pool.blocks[64]}
     del held, host
     assert {pool.array(F32, 16)[1] for _ in range(3)} <= kept
+
+
+def test_new_python_numbers_in_eager_ops_keep_no_pool_block():
+    """Eager `x * v` keeps v's buffer in a cache (jit._number_buffer), as scalar constants are kept: such tiny
+    copies are arrays of their own (device.TINY_BYTES). In the pool, those of 300 new values held every 4-byte
+    block, so each scalar result after them made a block the pool could not keep. Values are numpy's."""
+    from fnx.backends.device import TINY_BYTES, get_device
+    memory = get_device("cpu:0").memory
+    x = jnp.asarray(np.arange(8, dtype=np.float32))
+    before = sum(not device_free(e) for e in memory.blocks.get(4, ()))
+    for i in range(300):
+        v = i / 7 + 0.25
+        np.testing.assert_array_equal(np.asarray(x * v), np.arange(8, dtype=np.float32) * np.float32(v))
+        assert float(x.sum() > v) == float(28 > np.float32(v))
+    assert sum(not device_free(e) for e in memory.blocks.get(4, ())) <= before
+    assert TINY_BYTES >= 16  # (a complex128 scalar)
+    pool = HostPool(per_size=2)
+    held = [pool.array(F32, 1) for _ in range(5)]  # beyond the kept blocks: arrays of their own, distinct
+    assert len(pool.blocks[4]) == 2 and len({a for _, a in held}) == 5
 
 
 def test_pool_is_bounded():
