@@ -598,7 +598,9 @@ def w14_eager_ops():
     """Eager (not jitted) calls on a (64, 128) float32 array, each blocked on: the per-op cost of notebook-style
     code. One row per op, fnx against numpy and JAX's eager op."""
     x_np = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
-    ops = {"x * 2.0": lambda lib, nn, x: x * 2.0, "mean(-1)": lambda lib, nn, x: x.mean(-1),
+    ops = {"x * 2.0": lambda lib, nn, x: x * 2.0,
+           "x * v, a new float v each call": lambda lib, nn, x, i=itertools.count(): x * (0.5 + next(i) / 4096),
+           "mean(-1)": lambda lib, nn, x: x.mean(-1),
            "where(x > 0, x, 0.0)": lambda lib, nn, x: lib.where(x > 0, x, 0.0),
            "x @ x.T": lambda lib, nn, x: x @ x.T, "softmax": lambda lib, nn, x: nn.softmax(x),
            "gelu": lambda lib, nn, x: nn.gelu(x), "x.reshape(128, 64)": lambda lib, nn, x: x.reshape(128, 64),

@@ -97,16 +97,17 @@ def kernel_writes(step) -> set[int]:
 def _in_place(step, donated: int, out: int) -> bool:
     """Whether `step`, which writes `out` first, computes the same thing when `out` is `donated`'s memory.
 
-    True when the step does not read `donated`, or when it is a kernel with one ungated STORE to `out`, no LOAD
-    of `out`, and every LOAD of `donated` feeds that STORE's value and uses its very index (UOps are
-    hash-consed: same index, same object). Then each iteration reads donated[i] before writing out[i] (the
-    value depends on the read), and different iterations, including those of other threads, touch different
-    elements, so no read ever sees a write.
+    True when the step does not read `donated`, or when it is a kernel with one STORE to `out`, no LOAD of
+    `out`, and every LOAD of `donated` feeds that STORE's value and uses its very index (UOps are hash-consed:
+    same index, same object). Then each iteration reads donated[i] before writing out[i] (the value depends on
+    the read), and different iterations, including those of other threads, touch different elements, so no read
+    ever sees a write. A gate on the STORE (the masked lanes past a vector loop's end: 1000 floats in vectors
+    of 16) only leaves out writes, so it changes none of that.
     """
     if donated not in kernel_reads(step): return True
     if isinstance(step, (HostStep, RowChain)): return False
     stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
-    if len(stores) != 1 or len(stores[0].src) != 3 or out in kernel_reads(step): return False
+    if len(stores) != 1 or len(stores[0].src) not in (3, 4) or out in kernel_reads(step): return False
     index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)
     return all(u.src[1] is index and u in feeding for b, u in _accesses(step, Ops.LOAD) if b == donated)
 

@@ -270,6 +270,18 @@ def test_donation_rule_on_schedules():
         lowering = fnx.jit(fun).lower(x).executable.lowering
         steps = [k for k, _ in lowering.kernels]
         assert bool(donation_aliases(lowering.schedule, steps, (0,))) == usable
+    # a vector loop with a masked remainder (1000 floats in vectors of 16) stores through a gate: still in place
+    # (it warned "not usable" before), and a flip stays out
+    y = np.arange(1000, dtype=np.float32)
+    for fun, usable in [(lambda x: x * 2.0 + 1.0, True), (lambda x: x[::-1] * 2.0, False)]:
+        lowering = fnx.jit(fun).lower(y).executable.lowering
+        assert bool(donation_aliases(lowering.schedule, [k for k, _ in lowering.kernels], (0,))) == usable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        donated = jnp.asarray(y) * 1.0
+        out = fnx.jit(lambda x: x * 2.0 + 1.0, donate_argnums=0)(donated)
+    np.testing.assert_array_equal(np.asarray(out), y * 2 + 1)
+    assert donated.is_deleted()
 
 
 def test_unusable_donation_warns_and_keeps_the_argument():
