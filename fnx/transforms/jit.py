@@ -615,9 +615,10 @@ NUMBER_BUFFERS = 1024  # Python numbers whose buffers `_number_buffer` finds wit
 
 
 def _number_buffer(value: Any, dtype: Any, device: str) -> Buffer:
-    """The buffer of Python number `value` as `dtype`: `trace.constant_buffer`'s, found by the value itself
-    (building its UOp to look it up was a fifth of an eager `x * 2.0`). The key tells 0.0 from -0.0 and 1 from
-    1.0 and True; a NaN, never equal to itself, is not found and is built each time."""
+    """The buffer of Python number `value` as `dtype` (what `trace.constant_buffer` would hold), kept by the value
+    itself: building the constant's UOp to look it up was a fifth of an eager `x * 2.0`, and a new value's buffer
+    is made without it. The key tells 0.0 from -0.0 and 1 from 1.0 and True; a NaN, never equal to itself, is not
+    found and is built each time."""
     kind = type(value)
     if kind not in (bool, int, float, complex): return constant_buffer(UOp.const(dtype, value), device)
     sign = (math.copysign(1.0, value) if kind is float else
