@@ -626,8 +626,7 @@ def _number_buffer(value: Any, dtype: Any, device: str) -> Buffer:
     key = (value, kind, sign, dtype, device)
     if (buf := _number_buffers.get(key)) is None:
         if len(_number_buffers) >= NUMBER_BUFFERS: _number_buffers.clear()
-        buf = _number_buffers[key] = get_device(device).allocator.from_numpy(  # (constant_buffer's contents,
-            np.array(scalar_of(value, dtype), dtype.np))                      # without building its UOp)
+        buf = _number_buffers[key] = get_device(device).allocator.scalar(scalar_of(value, dtype), dtype)
     return buf
 
 

@@ -117,6 +117,31 @@ def test_new_python_numbers_in_eager_ops_keep_no_pool_block():
     assert len(pool.blocks[4]) == 2 and len({a for _, a in held}) == 5
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "int64", "uint32", "float16", "bfloat16",
+                                   "float32", "float64", "complex64", "complex128"])
+def test_a_scalar_buffer_holds_what_numpy_holds(dtype):
+    """Allocator.scalar (an eager op's new Python number): the bits numpy stores for the value, at an address
+    aligned for its loads (kernels load it `align itemsize`), read-only, for every dtype a scalar can have, on the cpu and the base Allocator path."""
+    from fnx import dtypes
+    from fnx.backends import device
+    from fnx.backends.device import get_device
+    from fnx.uop import scalar_of
+    dt = dtypes.from_numpy(np.dtype(dtype) if dtype != "bfloat16" else dtypes.bfloat16.np)
+    allocator = get_device("cpu:0").allocator
+    for value in (0, 1, -1, 3, 2.5, -0.0, 1e-3, 300, True, 1 + 2j):
+        if isinstance(value, complex) and not dt.is_complex: continue
+        v = scalar_of(value, dt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = np.array(v, dt.np).reshape(1)
+            got = allocator.scalar(v, dt)
+            base = device.Allocator.scalar(allocator, v, dt)
+        for buf in (got, base):
+            assert buf.size == 1 and buf.dtype == dt and buf.ptr % dt.itemsize == 0
+            assert buf.host.tobytes() == want.tobytes(), (dtype, value)
+            assert not buf.host.flags.writeable
+
+
 def test_pool_is_bounded():
     pool = HostPool(per_size=2, max_bytes=4 * 4000)
     held = [pool.array(F32, 1000) for _ in range(5)]  # 5 in use at once: only 2 of this size are kept
