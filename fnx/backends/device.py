@@ -348,9 +348,13 @@ class Allocator:
     def from_numpy(self, array: np.ndarray) -> Buffer:
         """A new buffer holding a copy of `array`."""
         flat = np.ascontiguousarray(array).reshape(-1)
-        buf = self.alloc(dtypes.from_numpy(flat.dtype), flat.size)
+        buf = self._copy_target(dtypes.from_numpy(flat.dtype), flat.size)
         self.copyin(buf, flat)
         return buf
+
+    def _copy_target(self, dtype: DType, size: int) -> Buffer:
+        """The buffer `from_numpy` fills: an ordinary allocation."""
+        return self.alloc(dtype, size)
 
     def scalar(self, value: bool | int | float | complex, dtype: DType) -> Buffer:
         """A new one-element buffer holding `value` (already a value of `dtype`: uop.scalar_of) as `dtype`."""
@@ -379,13 +383,9 @@ class HostAllocator(Allocator):
         host, ptr = self.pool.array(dtype.np, size)
         return Buffer(self.device, dtype, size, host, ptr)
 
-    def from_numpy(self, array: np.ndarray) -> Buffer:
-        flat = np.ascontiguousarray(array).reshape(-1)
-        dtype = dtypes.from_numpy(flat.dtype)
-        buf = (Buffer(self.device, dtype, flat.size, *_tiny(flat.dtype, flat.size)) if flat.nbytes <= TINY_BYTES
-               else self.alloc(dtype, flat.size))  # (see TINY_BYTES)
-        self.copyin(buf, flat)
-        return buf
+    def _copy_target(self, dtype: DType, size: int) -> Buffer:
+        if size * dtype.itemsize > TINY_BYTES: return self.alloc(dtype, size)
+        return Buffer(self.device, dtype, size, *_tiny(dtype.np, size))  # (not a pool block: see TINY_BYTES)
 
     def scalar(self, value: bool | int | float | complex, dtype: DType) -> Buffer:
         # an eager op's new Python number (see TINY_BYTES): 16 bytes of ctypes' own, whose address is one call
