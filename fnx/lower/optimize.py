@@ -661,7 +661,7 @@ SUM_VECTORS = 4  # vectors of lanes a horizontal sum accumulates in, each its ow
                  # 64 162
 
 
-ROW_PAIRS = True  # rows of a (rows, n) kernel whose reductions run along its rows, horizontally, two at a time
+ROW_PAIRS = 2     # rows of a (rows, n) kernel whose reductions run along its rows, horizontally, two at a time
                  # (a layernorm): each row is a chain of dependent steps (a sum, its horizontal add, the next pass
                  # over the row, a square root...), and two independent ones overlap (W10's layernorms with their
                  # blocks in L1: 2.15-2.22 -> 1.68-1.84 ms). Not heavy ones (softmax's exp: enough work in flight)
@@ -879,11 +879,11 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
         if (ROW_PAIRS and any(a >= len(k.ranges) for a in wanted) and len(k.ranges) == 2 and thread_axis == 0
                 and len(k.ranges) - 1 in wanted  # (the row is written elementwise too: not a row of sums)
                 and all(r.arg.size == k.ranges[1].arg.size for r in k.reduce_ranges) and k.ranges[1].arg.size >= 2 * w
-                and k.ranges[0].arg.size % 2 == 0 and k.ranges[0].arg.size >= 4 * target.threads
+                and k.ranges[0].arg.size % ROW_PAIRS == 0 and k.ranges[0].arg.size >= 2 * ROW_PAIRS * target.threads
                 and not (k.work and kernel_flops(k) >= HEAVY_ELEMENT * k.work)):
             try:  # two rows an iteration (see ROW_PAIRS)
-                apply_opt(probe, Opt("UPCAST", 0, 2))
-                opts.append(Opt("UPCAST", 0, 2))
+                apply_opt(probe, Opt("UPCAST", 0, ROW_PAIRS))
+                opts.append(Opt("UPCAST", 0, ROW_PAIRS))
             except OptError:
                 pass
     big = k.work >= (MIN_PARALLEL_ELEMENTS if not k.reduce_ranges else MIN_PARALLEL_WORK)

@@ -195,3 +195,43 @@ def test_dividing_2_to_the_26_elements_by_their_max_twice_and_from_threads():
     for t in threads: t.start()
     for t in threads: t.join()
     for s, g in zip(small, got): assert _ulps(g, s / s.max()).max() <= 2
+
+
+def test_a_power_of_two_times_a_row_scaled_product_scales_the_row_factor():
+    """c * (x * s), c a power of two and s a scalar per row: c * s once per row, one multiply per element, and
+    bitwise numpy's step-by-step float32 result (scaling by a power of two is exact); 0.3 is not a power of two
+    and stays a multiply per element, bitwise numpy's too."""
+    x = RNG.standard_normal((48, 200)).astype(np.float32)
+    s = (RNG.standard_normal((48, 1)) * 10.0 ** RNG.integers(-3, 3, (48, 1))).astype(np.float32)
+    for c, moved in ((0.25, True), (0.5, True), (4.0, True), (-2.0, True), (0.3, False)):
+        fn = lambda x, s, c=c: c * (x * s)  # noqa: E731
+        text = _llvm(fn, x, s)
+        splat = f"splat (float 0x{np.float64(np.float32(c)).view(np.uint64):016X})"
+        assert (splat not in text) == moved, (c, moved)
+        np.testing.assert_array_equal(np.asarray(fnx.jit(fn)(x, s)), np.float32(c) * (x * s))
+
+
+def test_a_layernorm_residual_is_one_fused_multiply_add_per_element():
+    """W10's `x + 0.5 * ((x - m) * r)`, r a scalar per row: `x + (x - m) * (0.5 r)`, one fused multiply-add per
+    element, within 1 ulp of the float64 sum of the exact product rounded once (and equal to it almost always);
+    rounding the product first differs on some inputs."""
+    x = RNG.standard_normal((64, 512)).astype(np.float32)
+    m = RNG.standard_normal((64, 1)).astype(np.float32)
+    r = (RNG.random((64, 1)) + 0.5).astype(np.float32)
+    fn = lambda x, m, r: x + 0.5 * ((x - m) * r)  # noqa: E731
+    text = _llvm(fn, x, m, r)
+    assert "fmuladd" in text and "splat (float 0x3FE0000000000000)" not in text
+    d = (x - m).astype(np.float64)
+    fused = (x.astype(np.float64) + d * np.float32(0.5 * r).astype(np.float64)).astype(np.float32)
+    got = np.asarray(fnx.jit(fn)(x, m, r))
+    assert _ulps(got, fused).max() <= 1 and (got == fused).mean() > 0.999
+    assert (x + np.float32(0.5) * ((x - m) * r) != fused).any()
+
+
+def test_a_moved_scaling_keeps_a_product_past_the_largest_float():
+    """0.5 * (x * s) with x * s just past float32's largest: the moved form, x * (0.5 s), is the finite exact
+    result (JAX rounds the product to inf first), as the reciprocal's scaling keeps 1e-30 / 1e-39 finite."""
+    x = np.full((4, 64), 3e38, np.float32)
+    s = np.full((4, 1), 1.5, np.float32)
+    got = np.asarray(fnx.jit(lambda x, s: 0.5 * (x * s))(x, s))
+    np.testing.assert_array_equal(got, np.float32(2.25e38))
