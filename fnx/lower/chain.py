@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 from fnx import dtypes
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
-from fnx.lower.symbolic import row_stride
+from fnx.lower.symbolic import build, row_stride, terms
 from fnx.lower.target import Target
-from fnx.uop import Ops
+from fnx.uop import Ops, UOp
 
 CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, which the threads take from a queue
                        # as they finish (fnx/backends/native_pool.py): a core slowed by another tenant takes fewer
@@ -37,6 +37,7 @@ CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, 
 CHAIN_L1_PERCENT = 67  # of L1 a member's rows of a block (what it reads and writes) may fill: all of it left no room
                        # for the rest a kernel touches, and part of each block came back from L2 (W10, interleaved:
                        # 2 row pairs a block against 3, 0.94x the time in two runs; 1 pair 0.97x)
+CHAIN_IN_PLACE = 1  # a member's output takes its input's very place when it reads it only before writing it (`_in_place`)
 CHAIN_REUSE = 1  # scratch buffers whose rows no later member reads give their place to the next (`_regions`)
 CHAIN_ORDER = 1  # kernels that can continue a chain move up to where it ends (`chain_order`)
 CHAIN_LOOKAHEAD = 8  # steps `chain_order` looks past for one
@@ -197,7 +198,7 @@ def _chain(schedule: Schedule, steps: list, run: list[int], run_acc: list[list],
                      for acc in run_acc)  # bytes of a row of the buffers one member walks row by row
     if per_member <= target.l1_bytes:  # (at least one row: a block of none would never end the driver's loop)
         block = max(1, min(block, target.l1_bytes * CHAIN_L1_PERCENT // 100 // per_member))
-    scratch, offset = _regions(scratch_ids, run_acc, row_bytes, block)
+    scratch, offset = _regions(scratch_ids, run_acc, row_bytes, block, members)
     # (every member is thread-split: so is the chain) in CHUNKS_PER_THREAD chunks a thread, each with a scratch
     # region of its own, as long as those take at most half of what the buffers would whole
     step = -(-rows // (target.threads * CHUNKS_PER_THREAD)) if target.threads > 1 else rows
@@ -230,27 +231,68 @@ def _prefetched(schedule: Schedule, run_acc: list[list], written: set[int], bloc
     return out if 0 < lines <= CHAIN_PREFETCH_LINES else []
 
 
-def _regions(ids: list[int], run_acc: list[list], row_bytes: dict[int, int], block: int
-             ) -> tuple[dict[int, tuple[int, int]], int]:
+def _regions(ids: list[int], run_acc: list[list], row_bytes: dict[int, int], block: int,
+             members: list[Kernel]) -> tuple[dict[int, tuple[int, int]], int]:
     """Each scratch buffer's place in a chunk's region ({buffer: (byte offset, bytes a row)}) and the region's
-    size: a buffer takes the place of one that no member reads after the member that first writes it (a member's
-    own buffers never share: its arguments are `noalias`), so a chain of steps that each read the step before
-    passes its rows through two places instead of one a step. W10's eight layernorms then touch 16 KB of scratch
-    a block instead of 56 KB, which with its input and output block no longer fits in L1."""
+    size: a buffer takes the place of one that no member reads after the member that first writes it, so a chain
+    of steps that each read the step before passes its rows through two places instead of one a step (W10's
+    eight layernorms then touch 16 KB of scratch a block instead of 56 KB, which with its input and output block
+    no longer fits in L1). Where that member is the last to read the other buffer and reads it only before it
+    writes the same place (`_in_place`), the buffer takes the other's very place: one place for all the steps."""
     first = {b: min(j for j, acc in enumerate(run_acc) if any(x == b for x, _, _ in acc)) for b in ids}
     last = {b: max(j for j, acc in enumerate(run_acc) if any(x == b for x, _, _ in acc)) for b in ids}
-    places: list[list[int]] = []  # [offset, bytes, the last member that uses what is there]
+    places: list[list[int]] = []  # [offset, bytes, the last member that uses what is there, the buffer there]
     scratch, end = {}, 0
     for b in sorted(ids, key=lambda b: first[b]):
         size = -(-block * row_bytes[b] // 64) * 64  # (each place starts on a cache line)
-        place = next((p for p in places if p[1] >= size and p[2] < first[b]), None) if CHAIN_REUSE else None
+        place = None
+        if CHAIN_REUSE:
+            place = next((p for p in places if p[2] == first[b] and CHAIN_IN_PLACE and p[1] == size
+                          and row_bytes[p[3]] == row_bytes[b] and _in_place(members[first[b]], p[3], b)), None)
+            place = place or next((p for p in places if p[1] >= size and p[2] < first[b]), None)
         if place is None:
-            place = [end, size, -1]
+            place = [end, size, -1, b]
             places.append(place)
             end += size
-        place[2] = last[b]
+        place[2:] = [last[b], b]
         scratch[b] = (place[0], row_bytes[b])
     return scratch, end
+
+
+def _in_place(kernel: Kernel, a: int, b: int) -> bool:
+    """Whether `kernel`, which writes buffer `b` and reads `a` for the last time in the chain, computes the same
+    when the two are one memory, row by row. Each access is `row * S + rest` (the chain's rule); a LOAD of `a` and
+    a STORE to `b` whose rests can meet must be ordered by the data: the load at the store's very index, feeding
+    its value (each element read in the iteration that writes it, as donation's rule: fnx/lower/memory.py), or
+    inside a reduction over loops of its own (not the output loops) whose result the stored value needs, which
+    then reads all its row before the row's first store. Across the rows of the thread-split loop nothing meets
+    (rows are disjoint). A member's arguments stay `noalias`, as a donated one's do: no reordering the compiler
+    may make can move a load past a store that depends on it."""
+    row = kernel.ranges[kernel.thread_range]
+    loads = [u for u in kernel.sink.toposort if u.op is Ops.LOAD and kernel.args[u.src[0].arg.slot] == a]
+    stores = [u for u in kernel.sink.toposort if u.op is Ops.STORE and kernel.args[u.src[0].arg.slot] == b]
+    if not stores or any(u.op is Ops.LOAD and kernel.args[u.src[0].arg.slot] == b for u in kernel.sink.toposort):
+        return False
+    outputs = set(kernel.ranges)
+
+    def rest(u: UOp) -> tuple[int, int] | None:  # the bytes of a row the access can touch
+        lanes = u.arg.arg.size if u.arg is not None else 1
+        parts, const = terms(u.src[1])
+        rest_parts = [(t, c) for t, c in parts if t is not row]
+        if any(row in t.toposort for t, _ in rest_parts): return None
+        lo, hi = build(u.src[1].dtype, rest_parts, const).bounds
+        return lo, hi + lanes - 1
+
+    for st in stores:
+        value, where = set(st.src[2].toposort), rest(st)
+        reductions = [r for r in value if r.op is Ops.REDUCE and not set(r.src[1:]) & outputs]
+        for ld in loads:
+            span = rest(ld)
+            if where is None or span is None: return False
+            if span[1] < where[0] or where[1] < span[0]: continue  # (they never meet)
+            if ld.src[1] is st.src[1] and ld in value: continue
+            if not any(ld in r.src[0].toposort for r in reductions): return False
+    return True
 
 
 def grouped_steps(steps: list, chains: list[RowChain]) -> list:

@@ -234,31 +234,62 @@ def test_rows_wider_than_the_l1_share_make_blocks_of_one_row(monkeypatch):
     np.testing.assert_allclose(np.asarray(fnx.jit(f)(jnp.asarray(x))), want, rtol=2e-5, atol=2e-5)
 
 
-def test_scratch_buffers_take_turns_in_two_places(monkeypatch):
-    """Each step reads only the step before: its scratch rows go where the rows of the step before that were
-    (chain._regions), so eight steps' seven buffers share two places, and no member reads and writes one place."""
+def test_scratch_buffers_take_turns_in_one_place(monkeypatch):
+    """Each step reads only the step before, each element before it writes it or in a reduction the row's stores
+    wait for: its scratch rows go where the rows of the step before were (chain._in_place), so eight steps' seven
+    buffers share one place. Without that, they take turns in two places, no member reading and writing one;
+    without reuse, each has its own. All three give the same bits."""
     x = _data(seed=3)
     f = lambda x: _layernorm_steps(jnp, x, 8)  # noqa: E731
     (c,) = _chains(f, jnp.asarray(x))
     # seven steps' rows, and where the target carries row sums, the seven sums their writers carry to the next
-    # step's mean (fnx/lower/row_sums.py): each kind in two places
+    # step's mean (fnx/lower/row_sums.py): each kind in one place
     rows = {b: offset for b, (offset, row) in c.scratch.items() if row == COLS * 4}
     sums = {b: offset for b, (offset, row) in c.scratch.items() if row == 4}
-    assert len(rows) == 7 and len(set(rows.values())) == 2 and len(c.scratch) == 7 + len(sums)
-    assert len(sums) == 7 * _carries_sums() and len(set(sums.values())) == 2 * _carries_sums()
-    for k in c.members:
-        places = [c.scratch[b][0] for b in k.args if b in c.scratch]
-        assert len(places) == len(set(places))
+    assert len(rows) == 7 and len(set(rows.values())) == 1 and len(c.scratch) == 7 + len(sums)
+    assert len(sums) == 7 * _carries_sums() and len(set(sums.values())) == _carries_sums()
     want = _layernorm_steps(np, x.astype(np.float64), 8)
     got = np.asarray(fnx.jit(f)(jnp.asarray(x)))
     np.testing.assert_allclose(got, want, rtol=5e-5, atol=5e-5)
-    with monkeypatch.context() as m:  # every buffer in a place of its own: the same bits
-        m.setattr(config, "cache_dir", None)
-        m.setattr(chain_module, "CHAIN_REUSE", 0)
-        relower()
-        (apart,) = _chains(f, jnp.asarray(x))
-        assert len({offset for offset, _ in apart.scratch.values()}) == 7 * (1 + _carries_sums())
-        np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
+    for setting, places in (("CHAIN_IN_PLACE", 2), ("CHAIN_REUSE", 7)):
+        with monkeypatch.context() as m:
+            m.setattr(config, "cache_dir", None)
+            m.setattr(chain_module, setting, 0)
+            relower()
+            (apart,) = _chains(f, jnp.asarray(x))
+            assert len({offset for offset, _ in apart.scratch.values()}) == places * (1 + _carries_sums())
+            for k in apart.members:
+                taken = [apart.scratch[b][0] for b in k.args if b in apart.scratch]
+                assert len(taken) == len(set(taken))
+            np.testing.assert_array_equal(np.asarray(fnx.jit(f)(jnp.asarray(x))), got)
+
+
+def test_a_step_that_reads_its_row_reversed_writes_another_place():
+    """A step that reads the row before it in reverse reads element j after it has written others: written into
+    the place it reads, it would read its own results. It gets a place of its own (the steps that read in order
+    still share theirs), and the values are numpy's."""
+    x = _data(rows=517, seed=5)
+    reorder = np_reorder = lambda v: v[:, ::-1]  # noqa: E731
+
+    def f(lib, order, x):
+        x = _layernorm_steps(lib, x, 2)
+        return _layernorm_steps(lib, order(x), 2)
+    chains = _chains(lambda x: f(jnp, reorder, x), jnp.asarray(x))
+    assert chains and max(len(c.members) for c in chains) >= 3
+    for c in chains:
+        for j, k in enumerate(c.members[1:], 1):
+            reads = {b for b in k.buffers(Ops.LOAD) if b in c.scratch}
+            writes = {b for b in k.buffers(Ops.STORE) if b in c.scratch}
+            for a in reads:
+                for b in writes:
+                    if c.scratch[a][1] == c.scratch[b][1] and c.scratch[a][0] == c.scratch[b][0]:
+                        assert chain_module._in_place(k, a, b), (j, a, b)
+    assert any(not chain_module._in_place(k, a, b) for c in chains for k in c.members
+               for a in k.buffers(Ops.LOAD) & set(c.scratch) for b in k.buffers(Ops.STORE) & set(c.scratch)
+               if c.scratch[a][1] == c.scratch[b][1])
+    want = f(np, np_reorder, x.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(fnx.jit(lambda x: f(jnp, reorder, x))(jnp.asarray(x))), want,
+                               rtol=5e-5, atol=5e-5)
 
 
 def test_a_kernel_whose_rows_run_inside_other_loops_joins_no_chain():
