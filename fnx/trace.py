@@ -619,10 +619,13 @@ def _leaf_uop(x: Any, param: UOp) -> UOp:
     return x.uop if isinstance(x, Array) else to_array(np.asarray(x, dtype=param.dtype.np)).uop
 
 
-def inline(traced: Traced, outs: list[UOp], args: list[Any]) -> list[UOp]:
-    """Graphs in terms of a transform trace's PARAMs, with the PARAMs replaced by the actual argument leaves."""
+def inline(traced: Traced, outs: list[UOp], args: list[Any], memo: dict | None = None) -> list[UOp]:
+    """Graphs in terms of a transform trace's PARAMs, with the PARAMs replaced by the actual argument leaves.
+    `memo`, when given, keeps what each node became, for a later call on the same arguments (vjp's backward
+    pass holds its forward graph: the walk stops where the forward's ended)."""
     mapping = {p: _leaf_uop(x, p) for p, x in zip(traced.fn.src[1:], args)}
-    root = substitute(UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), mapping)
+    if memo: mapping = {p: memo.get(p, u) for p, u in mapping.items()}  # (a host value's constant: the same one)
+    root = substitute(UOp(Ops.TUPLE, dtypes.bool_, tuple(outs)), mapping, memo)
     return list(root.src)
 
 

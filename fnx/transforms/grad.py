@@ -99,9 +99,12 @@ def call_vjp(cts: list[Array | None], call: UOp, *operands: Array) -> list[Array
         grads = backward([t.uop for t in tangent_outs], cts, tangents)
         # the cotangents of a linear map do not depend on its inputs, but a rule may still read them (a loop's
         # vjp replays the loop): a tangent PARAM left in would read the slot's argument of the enclosing function,
-        # of another shape (a crash, or a read past its end), so it is zero there
+        # of another shape (a crash, or a read past its end), so it is zero there. The walk stops at the call's
+        # arguments and incoming cotangents, made before these PARAMs (the forward and backward graphs so far,
+        # walked again for every argument's cotangent), and shares what it rebuilt between those cotangents.
         zeros = {t: UOp.const(t.dtype, 0, t.shape) for t in tangents}
-        return [Array(substitute(g.uop, zeros)) if g is not None and a.dtype.is_inexact else None
+        seen = {u: u for u in [c.uop for c in cts if c is not None] + [o.uop for o in operands]}
+        return [Array(substitute(g.uop, zeros, seen)) if g is not None and a.dtype.is_inexact else None
                 for g, a in zip(grads, args)]
     # checkpoint: recompute the body from its arguments, kept apart from the forward pass by CONTIGUOUS
     params = body_params(call)  # by slot; an argument the body never reads has none (and no cotangent)
@@ -178,8 +181,9 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         out_tree, aux_tree, n_out = _split_aux(out_tree)
     else:
         n_out = len(body_outs)
+    inlined: dict = {}  # (what the forward's nodes became: the backward's inlining stops there)
     with building():
-        values = inline(traced, body_outs, leaves)
+        values = inline(traced, body_outs, leaves, inlined)
     arrays = [Array(u, w) for u, w in zip(values, traced.out_weak)]
     out = finish(tree_util.tree_unflatten(out_tree, arrays[:n_out]))
     aux = finish(tree_util.tree_unflatten(aux_tree, arrays[n_out:])) if has_aux else None
@@ -197,7 +201,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
                 cts.append(lax.convert_element_type(c, o.dtype) if o.dtype.is_inexact else None)
             grads = backward(body_outs[:n_out], cts, params)
             grads = [g if g is not None else lax.full(p.shape, 0, p.dtype) for g, p in zip(grads, params)]
-            grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves)]
+            grads = [Array(u) for u in inline(traced, [g.uop for g in grads], leaves, inlined)]
         return finish(tuple(tree_util.tree_unflatten(traced.in_tree, grads)), "the backward pass (vjp)")
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)

@@ -226,6 +226,19 @@ def test_vjp_fn_can_be_jitted():
     np.testing.assert_allclose(np.asarray(pullback(ct)[0]), ct * (np.cos(X34) * X34 + np.sin(X34)), rtol=1e-12)
 
 
+def test_a_pullback_of_host_primals_called_twice_and_jitted():
+    """vjp of a Python float and a numpy array: the pullback, called with two cotangents, eagerly and under jit,
+    gives the exact derivatives each time (the pullback reuses what inlining the forward pass built)."""
+    y = rng.standard_normal(5)
+    f = lambda x, y: jnp.sin(x) * y + x ** 2 * jnp.exp(y)  # noqa: E731
+    out, pullback = fnx.vjp(f, 0.7, y)
+    np.testing.assert_allclose(np.asarray(out), np.sin(0.7) * y + 0.49 * np.exp(y), rtol=1e-12)
+    for ct in (np.ones(5), rng.standard_normal(5)):
+        for gx, gy in (pullback(ct), fnx.jit(pullback)(ct)):
+            np.testing.assert_allclose(float(gx), (ct * (np.cos(0.7) * y + 1.4 * np.exp(y))).sum(), rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(gy), ct * (np.sin(0.7) + 0.49 * np.exp(y)), rtol=1e-12)
+
+
 def branchy(x):
     if x.sum() > 0:
         return (x * x).sum()
