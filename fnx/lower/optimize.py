@@ -661,10 +661,11 @@ SUM_VECTORS = 4  # vectors of lanes a horizontal sum accumulates in, each its ow
                  # 64 162
 
 
-ROW_PAIRS = 2     # rows of a (rows, n) kernel whose reductions run along its rows, horizontally, two at a time
-                 # (a layernorm): each row is a chain of dependent steps (a sum, its horizontal add, the next pass
-                 # over the row, a square root...), and two independent ones overlap (W10's layernorms with their
-                 # blocks in L1: 2.15-2.22 -> 1.68-1.84 ms). Not heavy ones (softmax's exp: enough work in flight)
+ROW_PAIRS = 2    # rows of a (rows, n) kernel whose reductions run along its rows, horizontally, this many at a time
+                 # (0: one; a layernorm): each row is a chain of dependent steps (a sum, its horizontal add, the next
+                 # pass over the row, a square root...), and two independent ones overlap (W10's layernorms with their
+                 # blocks in L1: 2.15-2.22 -> 1.68-1.84 ms; four took 1.28-1.36x as long on the Zen 4 of stop 51).
+                 # Not heavy ones (softmax's exp: enough work in flight)
 
 HEAVY_ELEMENT = 10  # weighted ops an element from which an elementwise kernel's lanes span SUM_VECTORS vectors too: a
                    # transcendental's polynomial is a long chain of dependent FMAs
@@ -881,7 +882,7 @@ def heuristic_opts(k: Kernel, target: Target, *, packed: bool = False) -> list[O
                 and all(r.arg.size == k.ranges[1].arg.size for r in k.reduce_ranges) and k.ranges[1].arg.size >= 2 * w
                 and k.ranges[0].arg.size % ROW_PAIRS == 0 and k.ranges[0].arg.size >= 2 * ROW_PAIRS * target.threads
                 and not (k.work and kernel_flops(k) >= HEAVY_ELEMENT * k.work)):
-            try:  # two rows an iteration (see ROW_PAIRS)
+            try:  # ROW_PAIRS rows an iteration
                 apply_opt(probe, Opt("UPCAST", 0, ROW_PAIRS))
                 opts.append(Opt("UPCAST", 0, ROW_PAIRS))
             except OptError:
