@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fnx import dtypes
+from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule
 from fnx.lower.symbolic import build, row_stride, terms
 from fnx.lower.target import Target
@@ -264,16 +265,17 @@ def _in_place(kernel: Kernel, a: int, b: int) -> bool:
     when the two are one memory, row by row. Each access is `row * S + rest` (the chain's rule); a LOAD of `a` and
     a STORE to `b` whose rests can meet must be ordered by the data: the load at the store's very index, feeding
     its value (each element read in the iteration that writes it, as donation's rule: fnx/lower/memory.py), or
-    inside a reduction over loops of its own (not the output loops) whose result the stored value needs, which
-    then reads all its row before the row's first store. Across the rows of the thread-split loop nothing meets
-    (rows are disjoint). A member's arguments stay `noalias`, as a donated one's do: no reordering the compiler
-    may make can move a load past a store that depends on it."""
+    inside a reduction computed once a row (its value depends on no loop or lane but the row's: a layernorm's
+    mean, not a matmul's dot product for each output element) whose result the stored value needs, which then
+    reads all its row before the row's first store. Across the rows of the thread-split loop nothing meets (rows
+    are disjoint). A member's arguments stay `noalias`, as a donated one's do: no reordering the compiler may make
+    can move a load past a store that depends on it."""
     row = kernel.ranges[kernel.thread_range]
     loads = [u for u in kernel.sink.toposort if u.op is Ops.LOAD and kernel.args[u.src[0].arg.slot] == a]
     stores = [u for u in kernel.sink.toposort if u.op is Ops.STORE and kernel.args[u.src[0].arg.slot] == b]
     if not stores or any(u.op is Ops.LOAD and kernel.args[u.src[0].arg.slot] == b for u in kernel.sink.toposort):
         return False
-    outputs = set(kernel.ranges)
+    deps = range_deps(kernel.sink)
 
     def rest(u: UOp) -> tuple[int, int] | None:  # the bytes of a row the access can touch
         lanes = u.arg.arg.size if u.arg is not None else 1
@@ -285,7 +287,7 @@ def _in_place(kernel: Kernel, a: int, b: int) -> bool:
 
     for st in stores:
         value, where = set(st.src[2].toposort), rest(st)
-        reductions = [r for r in value if r.op is Ops.REDUCE and not set(r.src[1:]) & outputs]
+        reductions = [r for r in value if r.op is Ops.REDUCE and deps[r] <= {row}]
         for ld in loads:
             span = rest(ld)
             if where is None or span is None: return False

@@ -292,6 +292,24 @@ def test_a_step_that_reads_its_row_reversed_writes_another_place():
                                rtol=5e-5, atol=5e-5)
 
 
+@pytest.mark.parametrize("cols", [64, 16])
+def test_a_dot_product_for_each_element_of_a_row_is_not_in_place(cols):
+    """h @ w reads all of h's row for each output element, after the elements before it were stored: written into
+    h's place it would read its own results. A layernorm's mean and variance are read once a row, before its
+    first store: that kernel may write in place."""
+    h = jnp.asarray(_data(rows=4096, cols=cols))
+    w = jnp.asarray(np.ones((cols, cols), np.float32))
+    checked = 0
+    for f, allowed in ((lambda h, w: h @ w, False), (lambda h, w: _layernorm_steps(jnp, h, 1) * w[0], True)):
+        for k, lines in fnx.jit(f).lower(h, w).executable.lowering.kernels:
+            if lines is None or k.thread_range < 0 or 0 not in k.buffers(Ops.LOAD): continue
+            for b in k.buffers(Ops.STORE):
+                if k.buffers(Ops.STORE) and b != 0:
+                    assert chain_module._in_place(k, 0, b) is allowed, (k.name, b)
+                    checked += 1
+    assert checked >= 2
+
+
 def test_a_kernel_whose_rows_run_inside_other_loops_joins_no_chain():
     """A large matmul's k-slabs and column blocks run outside its thread-split row loop, so that each column block
     of B stays in L2 while every row block walks it. Chained with the kernel that packs A, it ran all of them
