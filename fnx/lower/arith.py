@@ -40,8 +40,8 @@ from fnx.lower.linearize import range_deps
 from fnx.lower.rangeify import Kernel
 from fnx.uop import Ops, UOp, with_src
 
-# dtype -> (the smallest |b| whose reciprocal is normal, the scaling of the divisors outside the normal range)
 MOVE_SCALINGS = 1  # `_scalings_moved` on (0: off, for bench/ab.py)
+# dtype -> (the smallest |b| whose reciprocal is normal, the scaling of the divisors outside the normal range)
 _RANGE = {dtypes.float32: (2.0 ** -126, 64), dtypes.float64: (2.0 ** -1022, 512)}
 
 

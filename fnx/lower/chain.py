@@ -38,7 +38,7 @@ CHUNKS_PER_THREAD = 4  # a thread-split loop runs as this many chunks a thread, 
 CHAIN_L1_PERCENT = 67  # of L1 a member's rows of a block (what it reads and writes) may fill: all of it left no room
                        # for the rest a kernel touches, and part of each block came back from L2 (W10, interleaved:
                        # 2 row pairs a block against 3, 0.94x the time in two runs; 1 pair 0.97x)
-CHAIN_IN_PLACE = 1  # a member's output takes its input's very place when it reads it only before writing it (`_in_place`)
+CHAIN_IN_PLACE = 1  # a member's output takes the very place of an input it reads only before writing (`_in_place`)
 CHAIN_REUSE = 1  # scratch buffers whose rows no later member reads give their place to the next (`_regions`)
 CHAIN_ORDER = 1  # kernels that can continue a chain move up to where it ends (`chain_order`)
 CHAIN_LOOKAHEAD = 8  # steps `chain_order` looks past for one
@@ -275,7 +275,7 @@ def _in_place(kernel: Kernel, a: int, b: int) -> bool:
     stores = [u for u in kernel.sink.toposort if u.op is Ops.STORE and kernel.args[u.src[0].arg.slot] == b]
     if not stores or any(u.op is Ops.LOAD and kernel.args[u.src[0].arg.slot] == b for u in kernel.sink.toposort):
         return False
-    deps = range_deps(kernel.sink)
+    deps, outputs = range_deps(kernel.sink), set(kernel.ranges)  # (a sum over output loops runs beside the stores)
 
     def rest(u: UOp) -> tuple[int, int] | None:  # the bytes of a row the access can touch
         lanes = u.arg.arg.size if u.arg is not None else 1
@@ -287,7 +287,7 @@ def _in_place(kernel: Kernel, a: int, b: int) -> bool:
 
     for st in stores:
         value, where = set(st.src[2].toposort), rest(st)
-        reductions = [r for r in value if r.op is Ops.REDUCE and deps[r] <= {row}]
+        reductions = [r for r in value if r.op is Ops.REDUCE and deps[r] <= {row} and not set(r.src[1:]) & outputs]
         for ld in loads:
             span = rest(ld)
             if where is None or span is None: return False
