@@ -726,9 +726,14 @@ def _memory_picture(lowering) -> Picture:
                                    len(plan.slot_bytes) * SLOT_HEIGHT, "#f3f4f6")
         canvas.text(left + (i + 0.5) * STEP_WIDTH, top - 6, f"{i} {step.name}", rotate=-45)
     for s, label in enumerate(slot_labels): canvas.text(0, top + (s + 0.5) * SLOT_HEIGHT + 4, label)
+    # a buffer written over the one before it in its slot, by the step that reads that one last (in place): each
+    # bar takes half of that step
+    touching = {(s, first[b]) for b, s in plan.slot_of.items()} & {(s, last[b]) for b, s in plan.slot_of.items()}
     for b, s in sorted(plan.slot_of.items()):
         spec = buffers[b]
-        x, width = left + first[b] * STEP_WIDTH + 2, (last[b] - first[b] + 1) * STEP_WIDTH - 4
+        start = first[b] + (0.5 if (s, first[b]) in touching and last[b] != first[b] else 0)
+        end = last[b] + (0.5 if (s, last[b]) not in touching or last[b] == first[b] else 0)
+        x, width = left + start * STEP_WIDTH + 2, (end - start + 0.5) * STEP_WIDTH - 4
         text = f"b{b} {_dtype(spec)}[{spec.size}]"
         tooltip = f"{text}, {spec.size * spec.dtype.itemsize} B in slot {s}, steps {first[b]}..{last[b]}"
         canvas.box(x, top + s * SLOT_HEIGHT + 3, width, SLOT_HEIGHT - 6, [_bar_label(text, width)], "buffer", tooltip,
