@@ -1,15 +1,15 @@
 """memory plan: intermediate buffers whose lifetimes do not overlap share one allocation; donated inputs become
 outputs.
 
-A buffer lives from the first step that uses it (the kernel that writes it) to the last step that reads it.
-Steps run in order, so two buffers can share memory when one's last use comes strictly before the other's
-first, or is the kernel that writes the other, reading it only in place (`_in_place`, donation's rule: each
-element read in the iteration that writes the same element, of a dtype of the same width). The W4 step's
-gradient of relu, `where(h > 0, dh, 0)`, is then written over dh: its slots take 1.6 MB instead of 2.1 (no time
-measurably saved: W7's warm start, whose first call faults in every fresh page, was within noise). Greedy first-fit over buffers in order of first use, reusing the smallest free slot that is large
-enough. Inputs and outputs are never planned (the caller owns them), nor are a control step's outputs (they
-are produced by the loop itself). A row chain (fnx/lower/chain.py) is one step: its kernels run interleaved, so
-all its buffers live through all of it.
+A buffer lives from the first step that uses it (the kernel that writes it) to the last step that reads it. Steps
+run in order, so two buffers can share memory when one's last use comes strictly before the other's first, or is
+the kernel that writes the other, reading it only in place (`_in_place`, donation's rule: each element read in the
+iteration that writes the same element, of a dtype of the same width). The W4 step's gradient of relu,
+`where(h > 0, dh, 0)`, is then written over dh: its slots take 1.6 MB instead of 2.1 (no time measurably saved:
+W7's warm start, whose first call faults in every fresh page, was within noise). Greedy first-fit over buffers in
+order of first use, reusing the smallest free slot that is large enough. Inputs and outputs are never planned (the
+caller owns them), nor are a control step's outputs (they are produced by the loop itself). A row chain
+(fnx/lower/chain.py) is one step: its kernels run interleaved, so all its buffers live through all of it.
 
 Donation (`jit(..., donate_argnums=...)`) hands an input's memory to the call: `donation_aliases` says which
 outputs may be written into which donated inputs (see its docstring for the rule).
@@ -68,7 +68,7 @@ def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
     slot_free_after: list[int] = []   # the last step that uses the slot's current buffer
     holder: list[int] = []            # the slot's current buffer
 
-    def in_place(s: int, b: int) -> bool:  # b may be written over the buffer the step writing it reads last
+    def in_place(s: int, b: int, need: int) -> bool:  # b may be written over the slot's buffer, read last by b's writer
         a, step = holder[s], steps[first[b]]
         return (IN_PLACE and slot_free_after[s] == first[b] and slot_bytes[s] >= need and isinstance(step, Kernel)
                 and schedule.buffers[a].dtype.itemsize == schedule.buffers[b].dtype.itemsize
@@ -76,7 +76,7 @@ def plan_memory(schedule: Schedule, steps: list) -> MemoryPlan:
     for b in planned:
         need = _nbytes(schedule, b)
         free = [s for s in range(len(slot_bytes)) if slot_free_after[s] < first[b] and slot_bytes[s] >= need]
-        free = free or [s for s in range(len(slot_bytes)) if in_place(s, b)]
+        free = free or [s for s in range(len(slot_bytes)) if in_place(s, b, need)]
         if free:
             slot = min(free, key=lambda s: slot_bytes[s])
         else:
