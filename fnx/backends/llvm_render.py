@@ -15,6 +15,7 @@ accumulator and finishes with a horizontal reduction.
 """
 from __future__ import annotations
 
+import functools
 import platform
 import struct
 
@@ -25,7 +26,39 @@ from fnx.dtypes import DType
 from fnx.errors import UnsupportedError
 from fnx.lower.linearize import Linear, range_deps
 from fnx.lower.rangeify import Kernel, reduce_identity
+from fnx.lower.symbolic import terms
 from fnx.uop import Ops, UOp
+
+
+@functools.cache
+def transpose_network(w: int, itemsize: int) -> tuple[list, list[int]]:
+    """How w vectors of w elements (the rows of a block) become its w columns: stages (d, (low mask, high mask)),
+    each turning every pair of vectors a and a + d (a without bit d) into two two-input shuffles of them, and
+    the vector that ends up holding each column. 32-bit elements first interleave within 128-bit lanes, 1 and
+    then 2 at a time (unpcklps, shufps), then whole lanes: one instruction a shuffle on AVX2, where arbitrary
+    masks cost several (8 x 8 floats: 24 instead of 256). Otherwise (and if that does not come out a transpose)
+    log2(w) rounds of block swaps: for d = w/2 .. 1, vectors a and a + d exchange their d x d off-diagonal blocks."""
+    def interleave(group: int, span: int, start: int) -> list[int]:  # groups of `group` from each, within spans
+        return [x for base in range(0, w, span) for k in range(start, start + span // 2, group)
+                for x in (*range(base + k, base + k + group), *range(w + base + k, w + base + k + group))]
+    swaps = [(d, ([c if not c & d else w + c - d for c in range(w)], [c + d if not c & d else w + c for c in range(w)]))
+             for d in (1 << b for b in reversed(range(w.bit_length() - 1)))]
+    candidates = [swaps]
+    if itemsize == 4 and w in (4, 8, 16):
+        lanes = [(1, (interleave(1, 4, 0), interleave(1, 4, 2))), (2, (interleave(2, 4, 0), interleave(2, 4, 2)))]
+        blocks = (interleave(4, w, 0), interleave(4, w, w // 2))
+        candidates.insert(0, lanes + {4: [], 8: [(4, blocks)], 16: [(8, blocks), (4, blocks)]}[w])
+    block = np.arange(w * w).reshape(w, w)
+    for stages in candidates:
+        rows = list(block)
+        for d, (low, high) in stages:
+            for a in range(w):
+                if not a & d:
+                    both = np.concatenate([rows[a], rows[a + d]])
+                    rows[a], rows[a + d] = both[low], both[high]
+        where = {c: v for v, row in enumerate(rows) for c in range(w) if (row == block[:, c]).all()}
+        if len(where) == w: return stages, [where[c] for c in range(w)]
+    raise AssertionError(f"no transpose network for {w} lanes")
 
 
 def mem_type(d: DType) -> str:
@@ -97,6 +130,8 @@ class Renderer:
         deps = range_deps(kernel.sink)
         self.vec = {u: not self.lanes.isdisjoint(d) for u, d in deps.items()}
         self.w = 0   # the vector width of the node being rendered (0: scalar)
+        self.blocks = self.transposed_blocks()
+        self.columns: dict[UOp, list[str]] = {}  # a transposed block's first load -> its columns' registers
 
     def tmp(self) -> str:
         self.counter += 1
@@ -298,7 +333,63 @@ class Renderer:
         self.w = saved
         return out
 
+    def transposed_blocks(self) -> dict[UOp, tuple[UOp, int, int]]:
+        """Gathers that together read a W x W block: W loads of one buffer, without a gate, whose indices are one
+        expression `e + lane * S` (S the stride across lanes, not 1) plus the constants c0 .. c0 + W - 1 (an
+        unrolled loop that walks the buffer contiguously: a transpose, `x.T + 1`, or a copy of B.T into panels).
+        Each maps to (the group's first load, its column, S): `transposed` reads the block as W contiguous
+        rows and transposes them in registers, instead of W gathers of W lanes from W lines each."""
+        if not self.W or self.W & (self.W - 1) or self.W < 4: return {}
+        groups: dict[tuple, dict[int, UOp]] = {}
+        for what, u in self.lines:
+            if what != "node" or u.op is not Ops.LOAD or u.arg is not None or len(u.src) > 2 or not self.vec.get(u):
+                continue
+            parts, constant = terms(u.src[1])
+            coefs: dict[UOp, int] = {}
+            for t, c in parts: coefs[t] = coefs.get(t, 0) + c
+            across = [c for t, c in coefs.items() if t in self.lanes]
+            if (len(across) != 1 or across[0] in (0, 1)
+                    or any(t not in self.lanes and not self.lanes.isdisjoint(t.toposort) for t in coefs)):
+                continue
+            key = (u.src[0], u.dtype, frozenset((t, c) for t, c in coefs.items() if c))
+            groups.setdefault(key, {}).setdefault(constant, u)
+        blocks, order = {}, {u: i for i, (_, u) in enumerate(self.lines)}
+        for (_, _, coefs), members in groups.items():
+            first = min(members)
+            if sorted(members) != list(range(first, first + self.W)): continue
+            stride = next(c for t, c in coefs if t in self.lanes)
+            lead = min(members.values(), key=lambda u: order[u])
+            for constant, u in members.items(): blocks[u] = (lead, constant - first, stride)
+        return blocks
+
+    def transposed(self, u: UOp) -> str:
+        """Load `u` of a transposed block (`transposed_blocks`): at the block's first load, its W rows (lane r's
+        elements, contiguous) and the transpose, log2(W) rounds of interleaving pairs of vectors W/2 apart (after
+        them vector c holds column c); the block's other loads take their column."""
+        lead, column, stride = self.blocks[u]
+        if lead not in self.columns:
+            buf, ty, w = lead.src[0], mem_type(lead.src[0].dtype), self.W
+            mt = self.vt(ty)
+            lane0 = self.emit(f"extractelement {self.vt('i64')} {self.value(lead.src[1])}, i64 0")
+            rows = []
+            for r in range(w):  # (lane r's row starts at the lead's lane-0 element, less the lead's column)
+                at = self.emit(f"add i64 {lane0}, {r * stride - self.blocks[lead][1]}")
+                ptr = self.emit(f"getelementptr inbounds {ty}, ptr {self.names[buf]}, i64 {at}")
+                rows.append(self.emit(f"load {mt}, ptr {ptr}, align {lead.dtype.itemsize}"))
+            stages, where = transpose_network(w, lead.dtype.itemsize)
+            for d, masks in stages:
+                out = list(rows)
+                for a in range(w):
+                    if a & d: continue
+                    out[a], out[a + d] = (self.emit(f"shufflevector {mt} {rows[a]}, {mt} {rows[a + d]}, <{w} x i32> "
+                                                    f"<{', '.join(f'i32 {x}' for x in m)}>") for m in masks)
+                rows = out
+            rows = [rows[where[c]] for c in range(w)]
+            self.columns[lead] = [self.from_memory(v, lead.dtype) for v in rows]
+        return self.columns[lead][column]
+
     def load(self, u: UOp) -> str:
+        if u in self.blocks: return self.transposed(u)
         buf, index = u.src[0], u.src[1]
         gate = u.src[2] if len(u.src) > 2 else None
         d, size = u.dtype, u.dtype.itemsize

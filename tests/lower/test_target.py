@@ -152,6 +152,8 @@ CASES = [  # (name, fnx function, numpy float64 reference, arguments, relative t
     ("matmul_bt_relu", lambda a, b: jnp.maximum(a @ b.T, 0), lambda a, b: np.maximum(a @ b.T, 0),
      (f32(97, 64), f32(130, 64)), 1e-5),
     ("narrow_product", lambda h, g: h.T @ g, lambda h, g: h.T @ g, (f32(40, 96), f32(40, 10)), 1e-5),
+    ("transpose", lambda x: x.T + 1, lambda x: x.T + 1, (f32(64, 96),), 1e-7),  # (blocks shuffled in registers)
+    ("matmul_bt_big", lambda a, b: a @ b.T, lambda a, b: a @ b.T, (f32(128, 96), f32(320, 96)), 1e-5),
     ("matmul_f64", matmul, matmul, (f64(65, 333), f64(333, 47)), 1e-12),
     ("matmul_f64_kslabs", matmul, matmul, (f64(96, 512), f64(512, 512)), 1e-12),
     ("matmul_int32", matmul, matmul, (ints[:33, :40], ints[:40, :17]), 0),
