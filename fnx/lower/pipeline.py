@@ -23,6 +23,7 @@ from fnx.lower.optimize import merge_batch_loops, optimize, overridden_opts, ove
 from fnx.lower.rangeify import BufferSpec, HostStep, Kernel, Schedule, TransferStep, rangeify
 from fnx.lower.search import searched_opts
 from fnx.lower.row_sums import carry_row_sums
+from fnx.lower.siblings import merge_siblings
 from fnx.lower.symbolic import simplify_graph
 from fnx.lower.target import Target
 from fnx.lower.transcendental import transcendental
@@ -34,6 +35,7 @@ STREAM_MIN_CACHES = 1  # a program output at least this many times the writing c
                        # (docs/LOWERING.md, Streaming stores)
 
 MERGE_BATCH_LOOPS = 1  # kernels' batch loops that every access walks as one are one loop (optimize.merge_batch_loops)
+MERGE_SIBLINGS = 1  # elementwise kernels over the same loops that read an element in common are one (fnx/lower/siblings.py)
 STAGES = ("callify", "rangeify", "optimize", "linearize", "memory")
 
 
@@ -228,7 +230,8 @@ def _kernel_key(kernel: Kernel) -> tuple:
     """What a kernel's schedule and code depend on: its graph (hash-consed: equal graphs are one object, its
     buffers being the kernel's own PARAM slots), its loops and flags."""
     return (kernel.sink, tuple(r.arg for r in kernel.ranges), tuple(r.arg for r in kernel.reduce_ranges),
-            kernel.parallel, kernel.thread_candidate,
+            kernel.parallel, None if kernel.ordered is None else tuple(sorted(r.arg for r in kernel.ordered)),
+            kernel.thread_candidate,
             None if kernel.row_ranges is None else tuple(r.arg for r in kernel.row_ranges), kernel.stream)
 
 
@@ -304,6 +307,7 @@ def _lower(fn: UOp, target: Target, emit, measure, split: dict, chains: bool) ->
     schedule = rangeify(fn, grid=target.grid)
     schedule.kernels = [k for k in schedule.kernels if not _stores_nothing(k)]
     complex_buffers(schedule, complex_inputs, complex_outputs)
+    if MERGE_SIBLINGS: merge_siblings(schedule)
     carry_row_sums(schedule, target)
     split["rangeify_ms"], clock = round((time.perf_counter() - clock) * 1e3, 2), time.perf_counter()
     kernels: list = []
