@@ -7,6 +7,7 @@ import pytest
 import fnx
 import fnx.lax as lax
 import fnx.numpy as jnp
+from fnx.lax_sort import SELECT_MAX_K
 
 jax = pytest.importorskip("jax")
 J = jax.numpy
@@ -123,6 +124,26 @@ def test_lax_sort_top_k_and_key_val():
         for ours, theirs in zip(lax.top_k(x, k), jax.lax.top_k(x, k)): _same(ours, theirs)
     with pytest.raises(ValueError, match="top_k: k=7"):
         lax.top_k(x, 7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int8, np.uint8, np.bool_])
+def test_top_k_by_selection_is_jaxs(dtype):
+    """top_k of up to SELECT_MAX_K entries selects them round by round (fnx/lax_sort.py `_selected`), above that
+    it sorts: both give JAX's values and indices for every dtype, with NaN, infinities, signed zeros, ties and the
+    integer extremes (the selection's own sentinel value among them), under jit and vmap; the grad of the values
+    is JAX's."""
+    x = _data(dtype, (6, 300))
+    if dtype in (np.float32, np.float16): x[:, :11] = SPECIAL.astype(dtype)
+    if np.dtype(dtype).kind in "iu": x[:, :4] = [np.iinfo(dtype).min, np.iinfo(dtype).max, 0, np.iinfo(dtype).min]
+    for k in (1, 5, SELECT_MAX_K, SELECT_MAX_K + 1):
+        for ours, theirs in zip(fnx.jit(lambda x: lax.top_k(x, k))(x), jax.lax.top_k(x, k)): _same(ours, theirs)
+    xs = _data(dtype, (3, 4, 50))
+    for ours, theirs in zip(fnx.vmap(lambda r: lax.top_k(r, 4))(xs), jax.vmap(lambda r: jax.lax.top_k(r, 4))(xs)):
+        _same(ours, theirs)
+    if dtype == np.float32:
+        w = RNG.standard_normal((6, 7)).astype(np.float32)
+        g = fnx.grad(lambda x: (lax.top_k(x, 7)[0] * w).sum())(x[:, 11:])
+        _same(g, jax.grad(lambda x: (jax.lax.top_k(x, 7)[0] * w).sum())(x[:, 11:]))
 
 
 def test_grads_vmap_and_jit():

@@ -997,6 +997,7 @@ def _grid_lanes(k: Kernel, target: Target, axis: int) -> list[Opt] | None:
     return opts
 
 
+TRANSPOSE_UPCAST = 1  # a loop that a gathered load walks contiguously is unrolled by the lanes (`_transpose_upcast`)
 PACK_COPY_THREADS = 1 << 16  # elements of a PACK copy from which it is split across threads: a copy that gathers
                              # runs at 1-8 GB/s, far below the bandwidth a second core adds
 
@@ -1026,6 +1027,7 @@ def _transpose_upcast(k: Kernel, w: int) -> Opt | None:
     on the innermost loop) gather it: the w unrolled copies then read a w x w block, which the LLVM renderer
     loads as w contiguous rows and transposes in registers (`transposed_blocks`); None where there is no such
     loop. `x.T + 1` over 4096 x 4096 floats gathered every lane from its own line and page: 61 ms, numpy 9.6."""
+    if not TRANSPOSE_UPCAST: return None
     inner = k.ranges[-1]
     for ld in _loads(k):
         if _stride(ld.src[1], inner) in (None, 0, 1) or len(ld.src) > 2: continue
