@@ -3,8 +3,8 @@
 FLOPs count the scalar ops on values (never address arithmetic), each weighted by `OP_FLOPS` and multiplied by
 the iterations of the loops it runs in. Weights are rough instruction counts on a CPU after lowering:
 EXP2/LOG2/SIN become a range reduction and a polynomial (~10 ops), SQRT, DIV, RECIP and MOD have long latency
-(~4), CAST and BITCAST are free, every other op counts 1. A REDUCE counts its combining op once per iteration.
-A node runs where linearize puts it: in every output loop up to the innermost one it depends on (loop-invariant
+(~4), CAST and BITCAST are free (but a rounding to bfloat16: `BF16_ROUNDING`), every other op counts 1. A REDUCE
+counts its combining op once per iteration. A node runs where linearize puts it: in every output loop up to the innermost one it depends on (loop-invariant
 work is hoisted) and inside the loop nest of each REDUCE whose ranges it depends on.
 
 Bytes count what a kernel moves to and from memory, assuming caches hold what the kernel re-reads: a buffer read
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from fnx import dtypes
 from fnx.lower.linearize import range_deps
 from fnx.uop import GroupOp, Ops, UOp
 
@@ -33,9 +34,21 @@ OP_FLOPS = {Ops.EXP2: 10, Ops.LOG2: 10, Ops.SIN: 10, Ops.SQRT: 4, Ops.DIV: 4, Op
             Ops.CAST: 0, Ops.BITCAST: 0}
 
 
+BF16_ROUNDING = 4  # a cast to bfloat16 from a wider float: round to nearest even in integer ops (no instruction)
+
+
 def op_flops(op: Ops) -> int:
     """The weight of one scalar `op` (see the module docstring); 0 for anything that is not ALU work."""
     return OP_FLOPS.get(op, 1) if op in GroupOp.ALU else 0
+
+
+def node_flops(u: UOp) -> int:
+    """op_flops of u's op, and BF16_ROUNDING for a cast that rounds a wider float to bfloat16: counted free, a
+    bfloat16 matmul's A (`a.astype(bfloat16) @ ...`) was rounded again for every column panel inside the product's
+    loop (1024²: 25 ms; rounded once into a buffer, 11)."""
+    if u.op is Ops.CAST and u.dtype == dtypes.bfloat16 and u.src[0].dtype.is_float and u.src[0].dtype.itemsize > 2:
+        return BF16_ROUNDING
+    return op_flops(u.op)
 
 
 def element_flops(u: UOp, stop: set | dict, limit: float = math.inf, walked: set | None = None) -> float:
@@ -61,7 +74,7 @@ def element_flops(u: UOp, stop: set | dict, limit: float = math.inf, walked: set
         n, share = todo.pop()
         if n in seen or n in stop: continue
         seen.add(n)
-        total += op_flops(n.op) * share
+        total += node_flops(n) * share
         if n.op is Ops.EXPAND: share *= n.src[0].size / max(n.size, 1)
         if n.op is not Ops.REDUCE: todo.extend((s, share) for s in n.src)
     return total
@@ -127,7 +140,7 @@ def kernel_flops(kernel: Kernel) -> int:
     runs = _loop_iterations(kernel)
     total = 0
     for u in _value_nodes(kernel):
-        weight = op_flops(u.arg.op) if u.op is Ops.REDUCE else op_flops(u.op)
+        weight = op_flops(u.arg.op) if u.op is Ops.REDUCE else node_flops(u)
         if weight: total += weight * runs(u)
     return total
 

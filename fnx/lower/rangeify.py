@@ -37,7 +37,8 @@ from functools import cached_property
 
 from fnx import dtypes
 from fnx.dtypes import DType
-from fnx.lower.cost import _ranges_in, element_flops, kernel_bytes, kernel_flops, op_flops, recompute_costs_more
+from fnx.lower.cost import (_ranges_in, element_flops, kernel_bytes, kernel_flops, node_flops,
+                            recompute_costs_more)
 from fnx.lower.symbolic import simplify_kernel
 from fnx.uop import GroupOp, Ops, ParamArg, RangeArg, ReduceArg, UOp, postorder
 
@@ -488,7 +489,7 @@ class KernelBuilder:
         """Weighted ops an element of the kernel's root (itself realized: the walk starts at its sources), reduced
         values not counted; above `limit` it may stop counting."""
         walked = self._walk()
-        return op_flops(self.root.op) + sum(element_flops(s, self.schedule.realized, limit, walked)
+        return node_flops(self.root) + sum(element_flops(s, self.schedule.realized, limit, walked)
                                             for s in self.root.src)
 
     def _pad(self, u: UOp, idx: tuple[UOp, ...], gate: UOp | None) -> UOp:

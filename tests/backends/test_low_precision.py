@@ -210,3 +210,19 @@ def test_constants_round_to_dtype(device, dtype):
         want = x_np * k(0.1) + (k(0.1) * k(3.0) + k(1e-3))
     got = fnx.jit(lambda x: x * 0.1 + (jnp.asarray(0.1, dtype) * 3.0 + 1e-3))(jnp.asarray(x_np))
     assert_ulps(got, want, 0, f"constants {dtype}")
+
+
+def test_a_bfloat16_matmul_rounds_its_operands_once():
+    """`a.astype(bfloat16) @ b.astype(bfloat16)`: rounding to bfloat16 is integer work (no instruction), so the
+    cost model counts it (fnx/lower/cost.py `node_flops`) and A's rounding gets a buffer instead of running inside
+    the product's loop once per column panel; the product is the float32 sum of the rounded operands, rounded once
+    to bfloat16 (JAX's), within a float32 sum's error."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((256, 384)).astype(np.float32), rng.standard_normal((384, 320)).astype(np.float32)
+    f = fnx.jit(lambda a, b: (a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)).astype(jnp.float32))
+    kernels = [ln for ln in f.lower(a, b).as_text("optimize").splitlines() if ln.startswith("kernel")]
+    assert sum("cast" in ln and "dot" not in ln for ln in kernels) == 2, kernels  # (both operands rounded apart)
+    bf = HALF["bfloat16"]
+    want = (a.astype(bf).astype(np.float64) @ b.astype(bf).astype(np.float64)).astype(np.float32)
+    got = np.asarray(f(a, b))
+    np.testing.assert_allclose(got, want.astype(bf).astype(np.float32), rtol=2 ** -7, atol=1e-3)
