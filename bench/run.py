@@ -636,9 +636,93 @@ def w14_eager_ops():
     return rows
 
 
+def _adam(lib):
+    def update(p, g, mu, nu):
+        mu = {k: 0.9 * mu[k] + 0.1 * g[k] for k in p}
+        nu = {k: 0.999 * nu[k] + 0.001 * g[k] ** 2 for k in p}
+        return {k: p[k] - 1e-3 * mu[k] / (lib.sqrt(nu[k]) + 1e-8) for k in p}, mu, nu
+    return update
+
+
+def _xent(lib, nn, grad):
+    return lambda x, y: grad(lambda x: -(nn.log_softmax(x) * y).sum(-1).mean())(x)
+
+
+def _xent_np(x, y):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    s = e.sum(-1, keepdims=True)
+    return -((x - x.max(-1, keepdims=True) - np.log(s)) * y).sum(-1).mean(), (e / s - y) / len(x)
+
+
+def _embedding(lib, grad):
+    return lambda table, ids, w: grad(lambda t: ((t[ids] @ w) ** 2).mean())(table)
+
+
+def _embedding_np(table, ids, w):
+    h = table[ids] @ w
+    g = np.zeros_like(table)
+    np.add.at(g, ids, (2 / h.size) * h @ w.T)
+    return (h ** 2).mean(), g
+
+
+def _top_k_np(x, k):
+    part = np.argpartition(-x, k, axis=-1)[:, :k]
+    order = np.take_along_axis(part, np.argsort(-np.take_along_axis(x, part, -1), axis=-1, kind="stable"), -1)
+    return np.take_along_axis(x, order, -1), order
+
+
+def w15_everyday_ops():
+    """Ops of everyday models outside W1-W14, each where fnx once fell far behind JAX: an Adam update over 20
+    tensors (2.2M parameters), softmax cross-entropy with its gradient, an embedding lookup's gradient (a scatter of
+    a product), a transpose, top_k of a few entries, a bfloat16 matmul. fnx and JAX jitted, numpy as written by hand
+    (the bfloat16 matmul: no numpy)."""
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def run(name, fn_fnx, fn_np, fn_jax, args, note="", bytes_moved=0, flops=0):
+        fx = fnx.jit(fn_fnx)
+        fa = fnx.tree_util.tree_map(jnp.asarray, args)
+        res = {"fnx": best(lambda: fnx.block_until_ready(fx(*fa)))}
+        if fn_np is not None: res["numpy"] = best(lambda: fn_np(*args))
+        if jax:
+            jf, ja = jax.jit(fn_jax), jax.tree_util.tree_map(jjnp.asarray, args)
+            res["jax"] = best(lambda: jax.block_until_ready(jf(*ja)))
+        return report(name, res, note, bytes_moved=bytes_moved, flops=flops)
+    shapes = [(512, 512), (512,), (1024, 256), (256,), (64, 64, 3, 3)] * 4
+    p = {f"p{i}": rng.standard_normal(sh).astype(np.float32) for i, sh in enumerate(shapes)}
+    state = (p, {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()},
+             {k: np.zeros_like(v) for k, v in p.items()}, {k: np.abs(rng.standard_normal(v.shape)).astype(np.float32)
+                                                            for k, v in p.items()})
+    size = sum(v.nbytes for v in p.values())
+    rows += run("W15 Adam update, 20 tensors (2.2M)", _adam(jnp), _adam(np), _adam(jjnp) if jax else None, state,
+                bytes_moved=7 * size)  # (reads p, g, mu, nu; writes p, mu, nu)
+    x = rng.standard_normal((4096, 1000)).astype(np.float32)
+    y = np.eye(1000, dtype=np.float32)[rng.integers(0, 1000, 4096)]
+    rows += run("W15 softmax xent + grad (4096,1000)", _xent(jnp, fnx.nn, fnx.value_and_grad), _xent_np,
+                _xent(jjnp, jax.nn, jax.value_and_grad) if jax else None, (x, y), bytes_moved=3 * x.nbytes)
+    table = (rng.standard_normal((50000, 256)) * 0.02).astype(np.float32)
+    ids, w = rng.integers(0, 50000, 4096).astype(np.int32), rng.standard_normal((256, 64)).astype(np.float32)
+    rows += run("W15 embedding grad 50k x 256, 4096 ids", _embedding(jnp, fnx.value_and_grad), _embedding_np,
+                _embedding(jjnp, jax.value_and_grad) if jax else None, (table, ids, w))
+    x = rng.standard_normal((4096, 4096)).astype(np.float32)
+    rows += run("W15 x.T + 1 (4096,4096)", lambda x: x.T + 1, lambda x: np.add(x.T, 1, order="C"), lambda x: x.T + 1,
+                (x,), bytes_moved=2 * x.nbytes)
+    x = rng.standard_normal((1024, 4096)).astype(np.float32)
+    rows += run("W15 top_k 8 of (1024,4096)", lambda x: fnx.lax.top_k(x, 8), lambda x: _top_k_np(x, 8),
+                (lambda x: jax.lax.top_k(x, 8)) if jax else None, (x,))
+    a, b = (rng.standard_normal((1024, 1024)).astype(np.float32) for _ in range(2))
+
+    def bf16_product(lib):
+        return lambda a, b: (a.astype(lib.bfloat16) @ b.astype(lib.bfloat16)).astype(lib.float32)
+    rows += run("W15 bfloat16 matmul 1024x1024", bf16_product(jnp), None, bf16_product(jjnp) if jax else None,
+                (a, b), flops=2 * 1024 ** 3)
+    return rows
+
+
 WORKLOADS = {"W1": w1_gelu, "W2": w2_matmul, "W3": w3_softmax, "W4": w4_mlp_step, "W5": w5_per_example_grads,
              "W6": w6_dispatch, "W7": w7_first_call, "W8": w8_scan_rnn, "W9": w9_gpt_step, "W10": w10_layernorm_chain,
-             "W11": w11_convnet_step, "W12": w12_attention_block, "W13": w13_gpt_first_call, "W14": w14_eager_ops}
+             "W11": w11_convnet_step, "W12": w12_attention_block, "W13": w13_gpt_first_call, "W14": w14_eager_ops,
+             "W15": w15_everyday_ops}
 
 
 def _time_cell(seconds: float, base: float | None) -> str:

@@ -292,9 +292,20 @@ def _in_place(kernel: Kernel, a: int, b: int) -> bool:
             span = rest(ld)
             if where is None or span is None: return False
             if span[1] < where[0] or where[1] < span[0]: continue  # (they never meet)
+            if not used_before(kernel.sink, [ld], st): return False  # (a use placed after the store reads again)
             if ld.src[1] is st.src[1] and ld in value: continue
             if not any(ld in r.src[0].toposort for r in reductions): return False
     return True
+
+
+def used_before(sink: UOp, loads: list[UOp], store: UOp) -> bool:
+    """Whether every op that reads one of `loads` feeds `store`, so it runs before the store. The arguments are
+    `noalias`, so LLVM may read a load's memory again for a use it places later (it did, for the lanes of a
+    `sin` in a kernel that also stores another output); when `store` writes that very memory, such a use after it
+    would read the new value. A kernel of one output meets this by itself; siblings (fnx/lower/siblings.py) may
+    not: `tanh(z)` stored over z, then `sin(z)` for the kernel's next output read tanh(z)."""
+    cone, read = set(store.toposort), set(loads)
+    return all(u in cone for u in sink.toposort if u.op is not Ops.SINK and any(s in read for s in u.src))
 
 
 def grouped_steps(steps: list, chains: list[RowChain]) -> list:

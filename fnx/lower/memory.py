@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fnx.lower.chain import RowChain
+from fnx.lower.chain import RowChain, used_before
 from fnx.lower.rangeify import HostStep, Kernel, Schedule
 from fnx.uop import Ops
 
@@ -123,7 +123,8 @@ def _in_place(step, donated: int, out: int) -> bool:
     stores = [u for b, u in _accesses(step, Ops.STORE) if b == out]
     if len(stores) != 1 or len(stores[0].src) not in (3, 4) or out in kernel_reads(step): return False
     index, feeding = stores[0].src[1], set(stores[0].src[2].toposort)
-    return all(u.src[1] is index and u in feeding for b, u in _accesses(step, Ops.LOAD) if b == donated)
+    loads = [u for b, u in _accesses(step, Ops.LOAD) if b == donated]
+    return all(u.src[1] is index and u in feeding for u in loads) and used_before(step.sink, loads, stores[0])
 
 
 def donation_aliases(schedule: Schedule, steps: list, donated: tuple[int, ...]) -> dict[int, int]:
