@@ -106,3 +106,23 @@ def relower() -> None:
     from fnx.backends import cpu_llvm
     fnx.clear_caches()
     cpu_llvm._lowerings.entries.clear()
+
+
+def from_threads(call, threads: int = 4, calls: int = 2) -> list:
+    """`call()`'s results, `calls` times from each of `threads` threads started together; raises the first error
+    a thread met."""
+    import threading
+    results, errors = [], []
+
+    def run():
+        try:
+            results.extend(call() for _ in range(calls))
+        except Exception as e:  # raised below, in the caller's thread
+            errors.append(e)
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for t in started: t.start()
+    for t in started: t.join()
+    if errors: raise errors[0]
+    assert len(results) == threads * calls
+    return results
+

@@ -50,15 +50,20 @@ def transpose_network(w: int, itemsize: int) -> tuple[list, list[int]]:
         candidates.insert(0, lanes + {4: [], 8: [(4, blocks)], 16: [(8, blocks), (4, blocks)]}[w])
     block = np.arange(w * w).reshape(w, w)
     for stages in candidates:
-        rows = list(block)
-        for d, (low, high) in stages:
-            for a in range(w):
-                if not a & d:
-                    both = np.concatenate([rows[a], rows[a + d]])
-                    rows[a], rows[a + d] = both[low], both[high]
+        rows = shuffled(list(block), stages)
         where = {c: v for v, row in enumerate(rows) for c in range(w) if (row == block[:, c]).all()}
         if len(where) == w: return stages, [where[c] for c in range(w)]
     raise AssertionError(f"no transpose network for {w} lanes")
+
+
+def shuffled(rows: list, stages: list) -> list:
+    """numpy rows through a transpose network's stages, each as the renderer emits it (`transpose_network`)."""
+    for d, (low, high) in stages:
+        for a in range(len(rows)):
+            if not a & d:
+                both = np.concatenate([rows[a], rows[a + d]])
+                rows[a], rows[a + d] = both[low], both[high]
+    return rows
 
 
 def mem_type(d: DType) -> str:

@@ -3,11 +3,10 @@ common become one kernel with several stores. Each test counts the kernels of th
 if nothing merged, or if what must not merge did) and checks the values against numpy."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
+from assertions import from_threads
 import fnx
 import fnx.numpy as jnp
 from fnx.lower import siblings
@@ -51,17 +50,7 @@ def test_an_optimizer_step_is_one_kernel_a_tensor():
     assert len(_kernels(_adam, *state)) == 20
     want = _adam_numpy(*[{k: v.astype(np.float64) for k, v in s.items()} for s in state])
     f = fnx.jit(_adam)
-    results, errors = [], []
-
-    def call():
-        try:
-            results.extend(f(*state) for _ in range(2))
-        except Exception as e:  # surfaced below
-            errors.append(e)
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for t in threads: t.start()
-    for t in threads: t.join()
-    assert not errors and len(results) == 8
+    results = from_threads(lambda: f(*state))
     for got in results: _close(got, want)
 
 

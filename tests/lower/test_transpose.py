@@ -4,14 +4,13 @@ loop by the lane count, and the LLVM renderer reads the W x W block as W contigu
 columns. The oracle is numpy (a transpose and a +1 are exact), and the LLVM text shows the gathers are gone."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
+from assertions import from_threads
 import fnx
 import fnx.numpy as jnp
-from fnx.backends.llvm_render import transpose_network
+from fnx.backends.llvm_render import shuffled, transpose_network
 
 RNG = np.random.default_rng(11)
 
@@ -24,12 +23,7 @@ def test_the_network_turns_rows_into_columns(w, itemsize):
     with interleaves inside 128-bit lanes (single AVX2 instructions)."""
     block = RNG.integers(0, 1 << 30, (w, w))
     stages, where = transpose_network(w, itemsize)
-    rows = list(block)
-    for d, (low, high) in stages:
-        for a in range(w):
-            if not a & d:
-                both = np.concatenate([rows[a], rows[a + d]])
-                rows[a], rows[a + d] = both[low], both[high]
+    rows = shuffled(list(block), stages)
     for c in range(w): np.testing.assert_array_equal(rows[where[c]], block[:, c])
     assert len(stages) == w.bit_length() - 1
     if itemsize == 4 and w in (8, 16): assert [d for d, _ in stages][:2] == [1, 2]
@@ -70,17 +64,7 @@ def test_a_transposed_operand_is_packed_without_gathers_and_the_product_is_right
     pack = pack[:pack.index("\n}")]
     assert "masked.gather" not in pack and "shufflevector" in pack
     want = g.astype(np.float64) @ w.T.astype(np.float64)
-    results, errors = [], []
-
-    def call():
-        try:
-            results.extend(np.asarray(f(g, w)) for _ in range(2))
-        except Exception as e:  # surfaced below
-            errors.append(e)
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for t in threads: t.start()
-    for t in threads: t.join()
-    assert not errors and len(results) == 8
+    results = from_threads(lambda: np.asarray(f(g, w)))
     for got in results: np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
